@@ -1,0 +1,1 @@
+"""dp_fl: user-level differentially private federated learning on TensorFlow Federated."""

@@ -1,0 +1,88 @@
+"""Argument validation shared by every dp_fl module.
+
+Every check raises ``ValueError`` whose message names the parameter, the value
+that was passed and what to do instead. Never use ``assert`` for validation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def _fail(name: str, value: Any, requirement: str) -> None:
+  raise ValueError(f"`{name}` must be {requirement}; got {value!r}.")
+
+
+def check_positive_int(name: str, value: Any) -> int:
+  """Returns `value` as an int, requiring an integer >= 1."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    _fail(name, value, "a positive integer (>= 1)")
+  if value < 1:
+    _fail(name, value, "a positive integer (>= 1)")
+  return int(value)
+
+
+def check_nonnegative_int(name: str, value: Any) -> int:
+  """Returns `value` as an int, requiring an integer >= 0."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    _fail(name, value, "a non-negative integer (>= 0)")
+  if value < 0:
+    _fail(name, value, "a non-negative integer (>= 0)")
+  return int(value)
+
+
+def check_finite(name: str, value: Any) -> float:
+  """Returns `value` as a float, requiring a finite real number."""
+  try:
+    x = float(value)
+  except (TypeError, ValueError):
+    _fail(name, value, "a finite real number")
+  if not math.isfinite(x):
+    _fail(name, value, "a finite real number")
+  return x
+
+
+def check_positive(name: str, value: Any) -> float:
+  """Returns `value` as a float, requiring a finite number > 0."""
+  x = check_finite(name, value)
+  if x <= 0:
+    _fail(name, value, "a finite number > 0")
+  return x
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+  """Returns `value` as a float, requiring a finite number >= 0."""
+  x = check_finite(name, value)
+  if x < 0:
+    _fail(name, value, "a finite number >= 0")
+  return x
+
+
+def check_open_unit(name: str, value: Any) -> float:
+  """Returns `value` as a float, requiring 0 < value < 1 (e.g. delta)."""
+  x = check_finite(name, value)
+  if not 0 < x < 1:
+    _fail(name, value, "strictly between 0 and 1")
+  return x
+
+
+def check_half_open_unit(name: str, value: Any) -> float:
+  """Returns `value` as a float, requiring 0 < value <= 1 (e.g. a sampling rate)."""
+  x = check_finite(name, value)
+  if not 0 < x <= 1:
+    _fail(name, value, "in (0, 1]")
+  return x
+
+
+def check_finite_array(name: str, value: Any, ndim: int | None = None) -> np.ndarray:
+  """Returns `value` as a float64 array, requiring all entries finite."""
+  arr = np.asarray(value, dtype=np.float64)
+  if ndim is not None and arr.ndim != ndim:
+    _fail(name, f"array of shape {arr.shape}", f"a {ndim}-dimensional array")
+  if not np.all(np.isfinite(arr)):
+    bad = arr[~np.isfinite(arr)].ravel()[:3]
+    _fail(name, f"array containing {bad.tolist()}", "an array of finite numbers")
+  return arr

@@ -1,0 +1,243 @@
+"""Process-level runtime for dp_fl binaries and tests: logging and TFF execution contexts.
+
+TFF's C++ execution context runs computations in a child process, `worker_binary`, which TFF
+starts lazily with the parent's stdout/stderr and stops only from a `__del__` that often never
+runs. An orphaned worker keeps the parent's pipes open, so `python prog.py | cat` never ends.
+This module is the one place where dp_fl sets up execution contexts, and it guarantees that no
+worker outlives the Python process that started it:
+
+* every worker is started with `PR_SET_PDEATHSIG = SIGKILL` (Linux), so the kernel kills it even
+  when the parent is SIGKILLed;
+* every worker is tracked, and killed from an `atexit` hook (normal exit and uncaught exceptions)
+  and when an execution context opened with `execution_context()` is closed;
+* `install_signal_handlers()` turns SIGTERM (and SIGHUP) into `SystemExit`, so the cleanup above
+  runs instead of the default silent death; SIGINT already raises `KeyboardInterrupt`;
+* by default the worker's output goes to /dev/null rather than to the parent's pipes.
+
+Usage in a binary (flags are parsed by absl before `main` runs)::
+
+    from dp_fl import runtime
+
+    def main(argv):
+      runtime.configure_logging(FLAGS.verbosity)
+      runtime.install_signal_handlers()
+      with runtime.execution_context():
+        ...  # build and run TFF computations
+
+`configure_logging` must run before TensorFlow is imported to silence TF's C++ logging; the
+module itself imports neither TensorFlow nor TFF at import time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import types
+import warnings
+from typing import Iterator
+
+_PR_SET_PDEATHSIG = 1
+_WORKER_STOP_TIMEOUT_SECONDS = 5.0
+
+_lock = threading.Lock()
+_workers: list[subprocess.Popen] = []
+_worker_output_visible = False
+_guard_installed = False
+
+
+def _set_parent_death_signal() -> None:
+  """Runs in the forked child before exec: SIGKILL this process when its parent dies."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  except (OSError, AttributeError):  # Not Linux: the atexit hook still applies.
+    pass
+  # Also leave the parent's process group, so a Ctrl-C in a terminal reaches only the parent,
+  # which then shuts the worker down in order.
+  os.setpgrp()
+
+
+class _GuardedPopen(subprocess.Popen):
+  """`subprocess.Popen` for TFF's worker: bound to the parent's life and tracked."""
+
+  def __init__(self, args, *popen_args, **kwargs):
+    kwargs["preexec_fn"] = _set_parent_death_signal
+    if not _worker_output_visible:
+      kwargs["stdout"] = subprocess.DEVNULL
+      kwargs["stderr"] = subprocess.DEVNULL
+    kwargs["stdin"] = subprocess.DEVNULL
+    kwargs["close_fds"] = True
+    super().__init__(args, *popen_args, **kwargs)
+    with _lock:
+      _workers.append(self)
+
+
+_stopped_worker_pids: set[int] = set()
+
+
+def _guarded_subprocess_module() -> types.ModuleType:
+  module = types.ModuleType("subprocess")
+  module.__dict__.update(subprocess.__dict__)
+  module.Popen = _GuardedPopen
+  return module
+
+
+def _kill_unless_already_stopped(pid: int, signum: int) -> None:
+  """`os.kill` for TFF's ServiceManager: a worker we already stopped is not an error."""
+  try:
+    os.kill(pid, signum)
+  except ProcessLookupError:
+    if pid not in _stopped_worker_pids:
+      raise
+
+
+def _guarded_os_module() -> types.ModuleType:
+  module = types.ModuleType("os")
+  module.__dict__.update(os.__dict__)
+  module.kill = _kill_unless_already_stopped
+  return module
+
+
+def install_worker_guard() -> None:
+  """Makes every TFF C++ worker started from now on (and lazily by existing contexts) guarded.
+
+  TFF 0.87's `local_cpp_executor_factory` looks `subprocess.Popen` up in its module when it
+  starts a worker, so replacing that module reference covers the default context that
+  `import tensorflow_federated` installs as well as any created later. Idempotent.
+  """
+  global _guard_installed
+  with _lock:
+    if _guard_installed:
+      return
+    from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
+    executor_factory.subprocess = _guarded_subprocess_module()
+    # TFF's ServiceManager.__del__ signals its worker by pid; after `shutdown_workers` the
+    # worker is gone and that would print a spurious ProcessLookupError.
+    executor_factory.os = _guarded_os_module()
+    _guard_installed = True
+  atexit.register(shutdown_workers)
+
+
+def worker_pids() -> list[int]:
+  """Pids of the TFF workers this process started that are still running."""
+  with _lock:
+    return [p.pid for p in _workers if p.poll() is None]
+
+
+def shutdown_workers() -> None:
+  """Stops every TFF worker this process started: SIGINT, then SIGKILL after a grace period."""
+  with _lock:
+    workers = list(_workers)
+    _workers.clear()
+  for proc in workers:
+    if proc.poll() is None:
+      with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+  for proc in workers:
+    try:
+      proc.wait(timeout=_WORKER_STOP_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+      with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+      proc.wait()
+    _stopped_worker_pids.add(proc.pid)
+
+
+@contextlib.contextmanager
+def execution_context(
+    default_num_clients: int = 0,
+    max_concurrent_computation_calls: int = -1,
+) -> Iterator[None]:
+  """Installs TFF's synchronous local C++ execution context for the `with` block.
+
+  The worker is guarded (see module docstring) and stopped when the block ends, normally or by
+  an exception; the previous default context is restored.
+
+  Args:
+    default_num_clients: Number of clients assumed when a computation's arguments don't say.
+    max_concurrent_computation_calls: Limit on concurrent calls in the C++ runtime; <= 0 means
+      no limit.
+
+  Yields:
+    None.
+  """
+  install_worker_guard()
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+
+  stack = context_stack_impl.context_stack
+  previous = stack.current
+  context = tff.backends.native.create_sync_local_cpp_execution_context(
+      default_num_clients=default_num_clients,
+      max_concurrent_computation_calls=max_concurrent_computation_calls,
+  )
+  stack.set_default_context(context)
+  try:
+    yield
+  finally:
+    stack.set_default_context(previous)
+    shutdown_workers()
+
+
+def _raise_system_exit(signum: int, frame) -> None:  # pylint: disable=unused-argument
+  # Restore the default so a second signal ends the process even if cleanup hangs.
+  signal.signal(signum, signal.SIG_DFL)
+  raise SystemExit(128 + signum)
+
+
+def install_signal_handlers() -> None:
+  """Turns SIGTERM and SIGHUP into `SystemExit(128 + signum)` in the main thread.
+
+  `finally` blocks, context managers and `atexit` hooks then run, stopping TFF workers. Only
+  call from the main thread of a binary (Python delivers signals there).
+  """
+  for signum in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(signum, _raise_system_exit)
+
+
+def verbosity_from_flags() -> int:
+  """Reads absl's own `--verbosity` (`-v`) flag as a dp_fl verbosity for `configure_logging`.
+
+  Not given: 0 (quiet). Given: absl's -1 (warning) -> 1, 0 (info) -> 2, >= 1 (debug) -> 3.
+  Call only after flags are parsed (inside `main`).
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flag = flags.FLAGS["verbosity"]
+  if not flag.present:
+    return 0
+  return min(3, max(1, int(flag.value) + 2))
+
+
+def configure_logging(verbosity: int = 0) -> None:
+  """Sets how much TensorFlow/TFF/absl log; 0 (default) keeps only errors.
+
+  Call before TensorFlow is imported for the C++ side to take effect.
+
+  Args:
+    verbosity: 0 = quiet (Python-side errors only; TF's C++ log off), 1 = warnings (and TF's
+      C++ errors), 2 = info, 3 = debug; values >= 1 also show the TFF worker's own output.
+  """
+  global _worker_output_visible
+  if verbosity < 0:
+    raise ValueError(f"`verbosity` must be >= 0; got {verbosity!r}.")
+  _worker_output_visible = verbosity >= 1
+  # Level 3 also hides the CUDA-plugin registration errors TF 2.14 prints on every import.
+  os.environ["TF_CPP_MIN_LOG_LEVEL"] = str(max(0, 3 - verbosity))
+  python_level = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(verbosity, logging.DEBUG)
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  absl_logging.set_verbosity(
+      {logging.ERROR: "error", logging.WARNING: "warning", logging.INFO: "info"}.get(python_level, "debug"))
+  logging.getLogger("tensorflow").setLevel(python_level)
+  if verbosity == 0:
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow.*")
+  if "tensorflow" in sys.modules:
+    sys.modules["tensorflow"].get_logger().setLevel(python_level)
