@@ -4,8 +4,9 @@
 #   1. Bazel: Debian's `bazel-bootstrap` (4.2.3, works offline) if no `bazel` is on PATH.
 #   2. The pinned Python environment in .venv/, from requirements.lock (exact versions, installed
 #      with --no-deps) plus requirements-nodeps.lock (TFF 0.87.0, whose own jaxlib pin cannot be
-#      installed). A stamp file records the hash of both lock files and the interpreter; a missing,
-#      partial (stamp absent: install interrupted) or out-of-date .venv is rebuilt from scratch.
+#      installed). A stamp file records the hash of both lock files; a missing, partial (stamp
+#      absent: install interrupted), out-of-date or damaged (an installed version differs from the
+#      lock: scripts/venv_matches_lock.py) .venv is rebuilt from scratch.
 #   3. A health check: imports tensorflow_federated and runs one federated computation.
 #
 # Environment: DP_FL_PYTHON picks the interpreter used to create .venv (default: python3.11, then
@@ -46,13 +47,14 @@ pick_python() {
 }
 
 lock_hash() {
-  cat "$root/requirements.lock" "$root/requirements-nodeps.lock" "$root/scripts/bootstrap.sh" \
+  cat "$root/requirements.lock" "$root/requirements-nodeps.lock" \
     | sha256sum | cut -d' ' -f1
 }
 
 venv_ok() {
   [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(lock_hash)" ] \
-    && "$venv/bin/python" -c 'import sys' 2>/dev/null
+    && "$venv/bin/python" "$root/scripts/venv_matches_lock.py" \
+         "$root/requirements.lock" "$root/requirements-nodeps.lock"
 }
 
 # Installs the packages of one lock file with --no-deps; on failure names the package.
