@@ -1,0 +1,892 @@
+"""Monte Carlo privacy accounting for balls-in-bins batching (paper 003).
+
+Implements, for ANY non-negative lower-triangular correlation matrix C (BLT,
+BandMF, TreeAgg, identity = DP-SGD), the accounting of Choquette-Choo, Ganesh,
+Haque, Steinke and Thakurta, "Near Exact Privacy Amplification for Matrix
+Mechanisms" (paper 003, `shared/papers/003_*.txt`):
+
+* Balls-in-bins batching (Def. 3.1): every example/user is put in one of
+  `num_bins` = b bins uniformly at random, once; round t (0-based) of every
+  epoch uses bin t mod b, so n = b * E rounds for E = `num_epochs` epochs.
+* The dominating pair of Lemma 3.2:
+      P = (1/b) sum_i N(m_i, sigma^2 I),  Q = N(0, sigma^2 I),
+      m_i = sum_{j=0}^{E-1} C[:, b*j + i]   (i = 0..b-1, 0-based),
+  see `dominating_pair` / `mode_means`.
+* The privacy loss Y = log(P/Q)(m_k + sigma Z), k ~ Uni([b]), Z ~ N(0, I_n)
+  (Sec. 4.1, Alg. 2 line 3), the estimator of Alg. 2 line 4
+      delta_hat(sigma) = (1/m) sum_j (1 - exp(eps - Y_j(sigma)))_+
+  (Sec. 2: H_{e^eps}(P, Q) = E_Y[(1 - e^{eps - Y})_+]) with its Monte Carlo
+  standard error (`estimate_delta`),
+* sigma calibration by a bracketing (bisection-safeguarded Brent) root finder on
+  ONE fixed sample (Alg. 2, `calibrate_noise_multiplier`), and
+* Estimate-Verify-Release (Alg. 1, Thm. 2.1 = Thm. 9 of Wang et al. 2023) with
+  the sample size and failure probability reported
+  (`estimate_verify_release`).
+
+Notation: n rounds, b bins (= batches per epoch), E epochs, m Monte Carlo
+samples, sigma the noise multiplier, u = 1/sigma, G the b x b Gram matrix
+G[i, k] = <m_i, m_k>.
+
+Dimension reduction used throughout (exact, not an approximation): with
+x = m_k + sigma Z,
+    Y = logsumexp_i( (G[k, i] - G[i, i] / 2) u^2 + W_i u ) - log b,
+    W = (<m_i, Z>)_i ~ N(0, G),
+so a sample is (k, W) and W = F xi with G = F F^T, xi ~ N(0, I_b): the cost per
+sample is O(b^2), independent of n. For Toeplitz C every mode is a shift of one
+vector (m_i[t] = s[t - i], s the period-b folding of the coefficients), so G is
+a table of truncated shifted autocorrelations of s, computed from prefix sums in
+O(n b) time and O(n + b^2) memory without forming C (`_toeplitz_gram`).
+
+Samples are produced in blocks of `_RNG_BLOCK` from independent streams
+`SeedSequence(entropy, spawn_key=key + (block,))`, so the sample depends only on
+the seed (not on `chunk_size`), any prefix of a sample is itself a sample, and
+any chunk can be regenerated: memory stays O(chunk_size * b) however large m is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from scipy import optimize
+from scipy import special
+
+from dp_fl import _checks
+
+# Rows per independent RNG stream; `chunk_size` must be a multiple of it.
+_RNG_BLOCK = 1024
+# Default rows processed at once (memory ~ 8 arrays of chunk_size x b float64).
+DEFAULT_CHUNK_SIZE = 8192
+# Calibration keeps at most this many chunks' worth of screened samples in
+# memory; beyond that it narrows its bracket or streams (bounded memory).
+_MAX_STORED_CHUNKS = 4
+# Screening passes per level before falling back to streaming delta_hat.
+_MAX_SCREENS = 12
+# Pilot sample sizes shrink by this factor per level (Alg. 2 warm start).
+_PILOT_FACTOR = 8
+# Initial half-width (ratio) of the bracket around a pilot's sigma.
+_BRACKET_RATIO = 1.25
+# Below these the estimate is flagged with an InsufficientSamplesWarning.
+MIN_TAIL_SAMPLES = 30
+MAX_RELATIVE_STANDARD_ERROR = 0.1
+# Default ratio delta_verify / delta (paper 003 Sec. 5.2: 8e-6 for 1e-5).
+DEFAULT_VERIFY_RATIO = 0.8
+
+SeedLike = int | np.random.SeedSequence | np.random.Generator
+
+
+class InsufficientSamplesWarning(UserWarning):
+  """The Monte Carlo estimate rests on too few privacy-loss tail samples."""
+
+
+# --------------------------------------------------------------------------
+# Dominating pair (Lemma 3.2).
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BallsInBinsPair:
+  """The dominating pair (P, Q) of Lemma 3.2 of paper 003, up to sigma.
+
+  P_{C, sigma} = (1/b) sum_i N(m_i, sigma^2 I) and Q_sigma = N(0, sigma^2 I).
+  Every quantity of the accounting depends on the modes only through their
+  Gram matrix, which is what is stored.
+
+  Attributes:
+    num_bins: b, batches (bins) per epoch (Def. 3.1).
+    num_epochs: E, so the number of rounds is n = b * E.
+    gram: b x b Gram matrix, gram[i, k] = <m_i, m_k> (read-only).
+  """
+
+  num_bins: int
+  num_epochs: int
+  gram: np.ndarray
+
+  def __post_init__(self):
+    b = _checks.check_positive_int("num_bins", self.num_bins)
+    _checks.check_positive_int("num_epochs", self.num_epochs)
+    g = _checks.check_finite_array("gram", self.gram, ndim=2)
+    if g.shape != (b, b):
+      raise ValueError(
+          f"`gram` must have shape (num_bins, num_bins) = ({b}, {b}); got "
+          f"{g.shape}. Build it with `dominating_pair`.")
+    if not np.allclose(g, g.T, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(g).max())):
+      raise ValueError("`gram` must be symmetric; got a non-symmetric matrix. "
+                       "Build it with `dominating_pair`.")
+    if np.any(np.diag(g) < 0) or not np.any(np.diag(g) > 0):
+      raise ValueError(
+          "`gram` must have a non-negative diagonal with at least one positive "
+          f"entry (squared mode norms); got diagonal {np.diag(g)[:4].tolist()}... "
+          "C must have at least one non-zero entry.")
+    g = g.copy()
+    g.setflags(write=False)
+    object.__setattr__(self, "gram", g)
+
+  @property
+  def num_rounds(self) -> int:
+    """n = b * E (Def. 3.1)."""
+    return self.num_bins * self.num_epochs
+
+  @property
+  def sensitivity(self) -> float:
+    """max_i ||m_i||_2: L2 sensitivity of C x under deterministic batching.
+
+    With a fixed bin (no amplification) a user takes part in rounds
+    i, i + b, ..., and for non-negative C the worst case is the same unit
+    vector in every participation (paper 003, App. A), giving ||m_i||. By joint
+    convexity of the hockey-stick divergence, H(P, Q) <= max_i H(N(m_i), N(0)),
+    so the Gaussian mechanism with this sensitivity upper-bounds the
+    balls-in-bins privacy loss.
+    """
+    return float(np.sqrt(np.max(np.diag(self.gram))))
+
+
+def _check_matrix_input(num_bins: int, num_epochs: int, matrix: Any,
+                        toeplitz_coefs: Any) -> tuple[int, int, int]:
+  b = _checks.check_positive_int("num_bins", num_bins)
+  e = _checks.check_positive_int("num_epochs", num_epochs)
+  if (matrix is None) == (toeplitz_coefs is None):
+    raise ValueError(
+        "Pass exactly one of `matrix` (dense n x n C) and `toeplitz_coefs` "
+        f"(first column of a Toeplitz C); got matrix={'set' if matrix is not None else None}"
+        f", toeplitz_coefs={'set' if toeplitz_coefs is not None else None}.")
+  return b, e, b * e
+
+
+def _validated_matrix(matrix: Any, n: int) -> np.ndarray:
+  c = _checks.check_finite_array("matrix", matrix, ndim=2)
+  if c.shape != (n, n):
+    raise ValueError(
+        f"`matrix` must be n x n with n = num_bins * num_epochs = {n}; got shape "
+        f"{c.shape}. Adjust num_bins/num_epochs or the matrix.")
+  if np.any(c < 0):
+    raise ValueError(
+        f"`matrix` must be entry-wise non-negative (Lemma 3.2 of paper 003); got "
+        f"min entry {c.min()!r}. Use a non-negative C (BLT, BandMF, TreeAgg).")
+  if np.any(np.triu(c, 1) != 0):
+    raise ValueError(
+        "`matrix` must be lower-triangular (Lemma 3.2 of paper 003); got non-zero "
+        "entries above the diagonal. Pass the lower-triangular C.")
+  return c
+
+
+def _validated_toeplitz(toeplitz_coefs: Any, n: int) -> np.ndarray:
+  c = _checks.check_finite_array("toeplitz_coefs", toeplitz_coefs, ndim=1)
+  if c.size == 0:
+    raise ValueError("`toeplitz_coefs` must be non-empty; got an empty array. "
+                     "Pass c_0, c_1, ... (c_0 = 1 for BLT/BandMF).")
+  if np.any(c < 0):
+    raise ValueError(
+        f"`toeplitz_coefs` must be non-negative (Lemma 3.2 of paper 003); got min "
+        f"{c.min()!r}. Use a non-negative Toeplitz C.")
+  out = np.zeros(n)
+  out[:min(n, c.size)] = c[:n]  # entries beyond n never reach the n x n C.
+  return out
+
+
+def mode_means(*, num_bins: int, num_epochs: int, matrix: Any = None,
+               toeplitz_coefs: Any = None) -> np.ndarray:
+  """The n x b matrix of modes M = [m_0, ..., m_{b-1}] of Lemma 3.2.
+
+  m_i = sum_{j=0}^{E-1} C[:, b*j + i] (0-based bins; paper 003 writes
+  1-based i). C is given either densely (`matrix`, n x n, lower-triangular,
+  non-negative) or as Toeplitz coefficients (`toeplitz_coefs`, c_0, c_1, ...;
+  zero-padded, or truncated, to n = b * E).
+
+  Returns:
+    float64 array of shape (n, b).
+  """
+  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs)
+  if matrix is not None:
+    c = _validated_matrix(matrix, n)
+    return c.reshape(n, e, b).sum(axis=1)
+  s = _folded(_validated_toeplitz(toeplitz_coefs, n), b, e)
+  out = np.zeros((n, b))
+  for i in range(b):
+    out[i:, i] = s[:n - i]
+  return out
+
+
+def _folded(coefs: np.ndarray, b: int, e: int) -> np.ndarray:
+  """s[u] = sum_{j >= 0, b j <= u} c[u - b j], so that m_i[t] = s[t - i]."""
+  return np.cumsum(coefs.reshape(e, b), axis=0).ravel()
+
+
+def _toeplitz_gram(coefs: np.ndarray, b: int, e: int) -> np.ndarray:
+  """Gram matrix of the Lemma 3.2 modes of a Toeplitz C in O(n b) time.
+
+  Since m_i[t] = s[t - i] (t >= i), for i <= k with d = k - i:
+      G[i, k] = sum_{v=0}^{n-1-k} s[v] s[v + d],
+  a truncated autocorrelation of s at lag d: one prefix sum per lag.
+  """
+  n = b * e
+  s = _folded(coefs, b, e)
+  g = np.zeros((b, b))
+  ks = np.arange(b)
+  for d in range(b):
+    prefix = np.cumsum(s[:n - d] * s[d:])  # prefix[L - 1] = sum_{v < L}.
+    k = ks[d:]
+    g[k - d, k] = prefix[n - k - 1]
+  return np.triu(g) + np.triu(g, 1).T
+
+
+def dominating_pair(*, num_bins: int, num_epochs: int, matrix: Any = None,
+                    toeplitz_coefs: Any = None) -> BallsInBinsPair:
+  """The dominating pair of Lemma 3.2 (paper 003) for balls-in-bins batching.
+
+  Args:
+    num_bins: b, batches per epoch (Def. 3.1).
+    num_epochs: E; n = b * E rounds.
+    matrix: dense n x n non-negative lower-triangular C, or None.
+    toeplitz_coefs: Toeplitz coefficients c_0, c_1, ... of C (e.g. BLT:
+      c_0 = 1, c_t = sum_j omega_j theta_j^(t-1)), or None. Shorter arrays
+      are zero-padded (BandMF bands), longer ones truncated to n.
+
+  Returns:
+    A `BallsInBinsPair` holding the Gram matrix of the modes m_i.
+  """
+  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs)
+  if matrix is not None:
+    modes = mode_means(num_bins=b, num_epochs=e, matrix=matrix)
+    gram = modes.T @ modes
+  else:
+    gram = _toeplitz_gram(_validated_toeplitz(toeplitz_coefs, n), b, e)
+  return BallsInBinsPair(num_bins=b, num_epochs=e, gram=gram)
+
+
+# --------------------------------------------------------------------------
+# Privacy loss samples (Sec. 4.1, Alg. 2 lines 1-3).
+# --------------------------------------------------------------------------
+
+
+class _Kernel:
+  """Per-pair constants: G = F F^T and alpha[k, i] = G[k, i] - G[i, i] / 2."""
+
+  def __init__(self, pair: BallsInBinsPair):
+    g = pair.gram
+    w, v = np.linalg.eigh(g)
+    w = np.clip(w, 0.0, None)
+    self.factor_t = np.ascontiguousarray((v * np.sqrt(w)).T)
+    self.alpha = g - 0.5 * np.diag(g)[None, :]
+    self.num_bins = pair.num_bins
+    self.log_b = math.log(pair.num_bins)
+
+
+def privacy_loss(pair: BallsInBinsPair, noise_multiplier: float, bins: Any,
+                 projections: Any) -> np.ndarray:
+  """Y = log(P/Q)(m_k + sigma Z) of Alg. 2 line 3, from (k, W = M^T Z).
+
+  Args:
+    pair: the dominating pair.
+    noise_multiplier: sigma > 0.
+    bins: int array (m,) of sampled bins k in [0, b).
+    projections: array (m, b) with W[j, i] = <m_i, Z_j>.
+
+  Returns:
+    float64 array (m,) of privacy losses.
+  """
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  k = np.asarray(bins)
+  w = _checks.check_finite_array("projections", projections, ndim=2)
+  b = pair.num_bins
+  if w.shape[1] != b or k.shape != (w.shape[0],):
+    raise ValueError(
+        f"`bins` must have shape (m,) and `projections` shape (m, {b}); got "
+        f"{k.shape} and {w.shape}.")
+  if not np.issubdtype(k.dtype, np.integer) or np.any((k < 0) | (k >= b)):
+    raise ValueError(f"`bins` must be integers in [0, {b}); got {k[:4]!r}...")
+  kernel = _Kernel(pair)
+  return _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b)
+
+
+def _losses(alpha_rows: np.ndarray, w: np.ndarray, u: float,
+            log_b: float) -> np.ndarray:
+  a = alpha_rows * (u * u)
+  a += w * u
+  return special.logsumexp(a, axis=1) - log_b
+
+
+def _root_seed(seed: SeedLike) -> np.random.SeedSequence:
+  if isinstance(seed, np.random.Generator):
+    return np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
+  if isinstance(seed, np.random.SeedSequence):
+    return seed
+  _checks.check_nonnegative_int("seed", seed)
+  return np.random.SeedSequence(int(seed))
+
+
+def _check_chunk_size(chunk_size: Any) -> int:
+  c = _checks.check_positive_int("chunk_size", chunk_size)
+  if c % _RNG_BLOCK:
+    raise ValueError(
+        f"`chunk_size` must be a multiple of {_RNG_BLOCK} (the RNG block, which "
+        f"keeps samples independent of the chunking); got {c}. Use "
+        f"{max(_RNG_BLOCK, c // _RNG_BLOCK * _RNG_BLOCK)}.")
+  return c
+
+
+class _SampleStream:
+  """The fixed Monte Carlo sample of Alg. 2 lines 1-2, regenerated by chunks."""
+
+  def __init__(self, kernel: _Kernel, seed: SeedLike, chunk_size: int):
+    self.kernel = kernel
+    root = _root_seed(seed)
+    self._entropy = root.entropy
+    self._key = tuple(root.spawn_key)
+    self.chunk_size = chunk_size
+
+  def chunks(self, num_samples: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yields (bins, W) covering samples [0, num_samples) in order."""
+    b = self.kernel.num_bins
+    for start in range(0, num_samples, self.chunk_size):
+      rows = min(self.chunk_size, num_samples - start)
+      blocks = -(-rows // _RNG_BLOCK)
+      bins = np.empty(blocks * _RNG_BLOCK, dtype=np.int64)
+      xi = np.empty((blocks * _RNG_BLOCK, b))
+      first = start // _RNG_BLOCK
+      for j in range(blocks):
+        seq = np.random.SeedSequence(self._entropy,
+                                     spawn_key=self._key + (first + j,))
+        gen = np.random.Generator(np.random.SFC64(seq))
+        sl = slice(j * _RNG_BLOCK, (j + 1) * _RNG_BLOCK)
+        bins[sl] = gen.integers(0, b, size=_RNG_BLOCK)
+        gen.standard_normal(out=xi[sl])
+      yield bins[:rows], xi[:rows] @ self.kernel.factor_t
+
+
+def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
+                        num_samples: int, seed: SeedLike,
+                        chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
+  """m i.i.d. samples of the privacy loss Y ~ PLD(P_{C,sigma}, Q_sigma).
+
+  Sec. 4.1 of paper 003; the same (seed, m) gives the same sample as
+  `estimate_delta` and `calibrate_noise_multiplier` use. Returns an (m,) array
+  (the only O(m) memory in this module; meant for diagnostics and tests).
+  """
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size))
+  kernel = stream.kernel
+  return np.concatenate([
+      _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b)
+      for k, w in stream.chunks(m)
+  ])
+
+
+# --------------------------------------------------------------------------
+# delta_hat (Alg. 2 line 4) and its standard error.
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Stats:
+  """Sums over samples of f = (1 - e^{eps - Y})_+, f^2 and df/dsigma."""
+  sum_f: float = 0.0
+  sum_f2: float = 0.0
+  sum_df: float = 0.0
+  num_tail: int = 0
+
+  def add(self, other: "_Stats") -> None:
+    self.sum_f += other.sum_f
+    self.sum_f2 += other.sum_f2
+    self.sum_df += other.sum_df
+    self.num_tail += other.num_tail
+
+
+def _chunk_stats(alpha_rows: np.ndarray, w: np.ndarray, u: float, eps: float,
+                 log_b: float, derivative: bool = False) -> _Stats:
+  """delta_hat sums over one chunk at sigma = 1/u (Alg. 2 lines 3-4)."""
+  a = alpha_rows * (u * u)
+  a += w * u
+  top = a.max(axis=1)
+  cand = np.nonzero(top > eps)[0]  # Y <= max_i a_i, so others give f = 0.
+  if cand.size == 0:
+    return _Stats()
+  ac = a[cand] - top[cand, None]
+  e = np.exp(ac)
+  tot = e.sum(axis=1)
+  y = top[cand] + np.log(tot) - log_b
+  tail = y > eps
+  if not np.any(tail):
+    return _Stats()
+  g = np.exp(eps - y[tail])  # e^{eps - Y} in (0, 1)
+  f = -np.expm1(eps - y[tail])
+  out = _Stats(sum_f=float(f.sum()), sum_f2=float(np.dot(f, f)),
+               num_tail=int(tail.sum()))
+  if derivative:
+    # dY/du = sum_i softmax(a)_i (2 alpha_i u + W_i); dY/dsigma = -u^2 dY/du;
+    # df/dsigma = e^{eps - Y} dY/dsigma.
+    idx = cand[tail]
+    p = e[tail] / tot[tail, None]
+    dy_du = np.einsum("ij,ij->i", p, 2.0 * u * alpha_rows[idx] + w[idx])
+    out.sum_df = float(np.dot(g, -u * u * dy_du))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaEstimate:
+  """delta_hat(sigma) of Alg. 2 line 4 with its Monte Carlo standard error.
+
+  Attributes:
+    epsilon: eps of the (eps, delta) guarantee.
+    noise_multiplier: sigma.
+    delta_hat: (1/m) sum_j (1 - exp(eps - Y_j))_+, an unbiased estimate of
+      H_{e^eps}(P, Q).
+    standard_error: sample standard deviation of the summands / sqrt(m).
+    num_samples: m.
+    num_tail_samples: samples with Y_j > eps (the only non-zero summands).
+  """
+
+  epsilon: float
+  noise_multiplier: float
+  delta_hat: float
+  standard_error: float
+  num_samples: int
+  num_tail_samples: int
+
+  @property
+  def relative_standard_error(self) -> float:
+    return self.standard_error / self.delta_hat if self.delta_hat > 0 else math.inf
+
+
+def _mean_and_se(stats: _Stats, m: int) -> tuple[float, float]:
+  mean = stats.sum_f / m
+  if m < 2:
+    return mean, math.inf
+  var = max(stats.sum_f2 - m * mean * mean, 0.0) / (m - 1)
+  return mean, math.sqrt(var / m)
+
+
+def _warn_if_few(what: str, num_tail: int, rel_se: float, m: int,
+                 stacklevel: int = 3) -> None:
+  if num_tail >= MIN_TAIL_SAMPLES and rel_se <= MAX_RELATIVE_STANDARD_ERROR:
+    return
+  factor = max(MIN_TAIL_SAMPLES / max(num_tail, 1),
+               (rel_se / MAX_RELATIVE_STANDARD_ERROR)**2 if math.isfinite(rel_se)
+               else MIN_TAIL_SAMPLES)
+  suggestion = int(2 ** math.ceil(math.log2(m * factor)))
+  warnings.warn(
+      f"{what} rests on {num_tail} privacy-loss tail samples (Y > eps) out of "
+      f"num_samples={m}; relative standard error {rel_se:.3g}. Increase "
+      f"`num_samples` to about {suggestion} (>= {MIN_TAIL_SAMPLES} tail samples "
+      f"and relative SE <= {MAX_RELATIVE_STANDARD_ERROR}), or use a larger delta.",
+      InsufficientSamplesWarning, stacklevel=stacklevel)
+
+
+def _streaming_stats(stream: _SampleStream, m: int, sigma: float, eps: float,
+                     derivative: bool = False) -> _Stats:
+  kernel = stream.kernel
+  total = _Stats()
+  for k, w in stream.chunks(m):
+    total.add(_chunk_stats(kernel.alpha[k], w, 1.0 / sigma, eps, kernel.log_b,
+                           derivative))
+  return total
+
+
+def estimate_delta(pair: BallsInBinsPair, *, noise_multiplier: float,
+                   epsilon: float, num_samples: int, seed: SeedLike,
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> DeltaEstimate:
+  """delta_hat(sigma; C, eps) of Alg. 2 line 4 (paper 003), streamed by chunks.
+
+  Estimates H_{e^eps}(P_{C,sigma}, Q_sigma) = E_Y[(1 - e^{eps - Y})_+]
+  (Sec. 2) from m samples. Warns (`InsufficientSamplesWarning`) when fewer
+  than `MIN_TAIL_SAMPLES` samples exceed eps or the relative standard error
+  exceeds `MAX_RELATIVE_STANDARD_ERROR`.
+  """
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  eps = _checks.check_positive("epsilon", epsilon)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size))
+  stats = _streaming_stats(stream, m, sigma, eps)
+  mean, se = _mean_and_se(stats, m)
+  est = DeltaEstimate(epsilon=eps, noise_multiplier=sigma, delta_hat=mean,
+                      standard_error=se, num_samples=m,
+                      num_tail_samples=stats.num_tail)
+  _warn_if_few("delta_hat", est.num_tail_samples, est.relative_standard_error, m)
+  return est
+
+
+# --------------------------------------------------------------------------
+# Gaussian mechanism (the unamplified baseline and the initial bracket).
+# --------------------------------------------------------------------------
+
+
+def _gaussian_delta(eps: float, mu: float) -> float:
+  """Exact delta(eps) of the Gaussian mechanism with mu = sensitivity/sigma."""
+  return float(special.ndtr(mu / 2 - eps / mu)
+               - math.exp(eps + special.log_ndtr(-mu / 2 - eps / mu)))
+
+
+def unamplified_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
+                                 delta: float) -> float:
+  """sigma for (eps, delta)-DP WITHOUT amplification (fixed, known bins).
+
+  The Gaussian mechanism with sensitivity `pair.sensitivity` (max_i ||m_i||),
+  calibrated with its exact (eps, delta) curve. This is the baseline of
+  paper 003 Sec. 5.1 ("no amplification") and, by joint convexity of the
+  hockey-stick divergence, an upper bound on the balls-in-bins sigma.
+  """
+  eps = _checks.check_positive("epsilon", epsilon)
+  dlt = _checks.check_open_unit("delta", delta)
+  lo, hi = 1e-3, 1.0
+  while _gaussian_delta(eps, hi) < dlt:
+    hi *= 2.0
+  while _gaussian_delta(eps, lo) > dlt:
+    lo /= 2.0
+  mu = optimize.brentq(lambda x: _gaussian_delta(eps, x) - dlt, lo, hi,
+                       xtol=1e-14, rtol=1e-13)
+  return pair.sensitivity / mu
+
+
+# --------------------------------------------------------------------------
+# sigma calibration (Alg. 2).
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """Result of Alg. 2 (paper 003): sigma with delta_hat(sigma) = delta.
+
+  Attributes:
+    noise_multiplier: sigma*, the root of delta_hat(sigma) = delta on the
+      fixed sample.
+    epsilon, delta: the target.
+    delta_hat: delta_hat(sigma*) on the sample (= delta up to root tolerance).
+    delta_standard_error: Monte Carlo standard error of delta_hat(sigma*).
+    noise_multiplier_standard_error: delta-method standard error of sigma*,
+      delta_standard_error / |d delta_hat / d sigma|.
+    num_samples: m.
+    num_tail_samples: samples with Y > eps at sigma*.
+    unamplified_noise_multiplier: sigma without amplification (fixed bins).
+    num_passes: full passes over the sample (pilots counted pro rata).
+  """
+
+  noise_multiplier: float
+  epsilon: float
+  delta: float
+  delta_hat: float
+  delta_standard_error: float
+  noise_multiplier_standard_error: float
+  num_samples: int
+  num_tail_samples: int
+  unamplified_noise_multiplier: float
+  num_passes: float
+
+
+class _Evaluator:
+  """delta_hat sums on a prefix of the sample, for sigma in a bracket."""
+
+  def __init__(self, stream: _SampleStream, m: int, eps: float,
+               rows: tuple[np.ndarray, np.ndarray] | None):
+    self.stream, self.m, self.eps, self.rows = stream, m, eps, rows
+    self.passes = 0.0
+
+  def stats(self, sigma: float, derivative: bool = False) -> _Stats:
+    kernel = self.stream.kernel
+    if self.rows is None:
+      self.passes += 1.0
+      return _streaming_stats(self.stream, self.m, sigma, self.eps, derivative)
+    k, w = self.rows
+    return _chunk_stats(kernel.alpha[k], w, 1.0 / sigma, self.eps, kernel.log_b,
+                        derivative)
+
+  def delta(self, sigma: float) -> float:
+    return self.stats(sigma).sum_f / self.m
+
+
+def _screen(stream: _SampleStream, m: int, eps: float, lo: float, hi: float,
+            max_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+  """Keeps the samples whose Y can exceed eps for some sigma in [lo, hi].
+
+  With u = 1/sigma in [u_lo, u_hi] each term alpha_i u^2 + W_i u is at most
+  B_i = max(alpha_i u_lo^2, alpha_i u_hi^2) + max(W_i u_lo, W_i u_hi), and
+  Y <= logsumexp(B) - log b; samples with that bound <= eps contribute exactly
+  0 to delta_hat anywhere in the bracket. Returns None when more than
+  `max_rows` samples survive.
+  """
+  kernel = stream.kernel
+  u_lo, u_hi = 1.0 / hi, 1.0 / lo
+  a_max = np.where(kernel.alpha >= 0, kernel.alpha * u_hi**2,
+                   kernel.alpha * u_lo**2)
+  kept_k, kept_w, count = [], [], 0
+  for k, w in stream.chunks(m):
+    bound = a_max[k]
+    bound += w * u_lo
+    bound += np.maximum(w, 0.0) * (u_hi - u_lo)
+    top = bound.max(axis=1)
+    cand = np.nonzero(top > eps)[0]
+    if cand.size:
+      y = special.logsumexp(bound[cand], axis=1) - kernel.log_b
+      keep = cand[y > eps]
+      count += keep.size
+      if count > max_rows:
+        return None
+      kept_k.append(k[keep])
+      kept_w.append(w[keep])
+  b = kernel.num_bins
+  if not kept_k:
+    return np.zeros(0, dtype=np.int64), np.zeros((0, b))
+  return np.concatenate(kept_k), np.concatenate(kept_w)
+
+
+def _brent(ev: _Evaluator, delta: float, lo: float, hi: float,
+           rtol: float) -> float:
+  return optimize.brentq(lambda s: ev.delta(s) - delta, lo, hi,
+                         xtol=rtol * lo, rtol=max(rtol, 1e-15), maxiter=200)
+
+
+def _find_bracket(ev: _Evaluator, delta: float, lo: float,
+                  hi: float) -> tuple[float, float]:
+  """Moves [lo, hi] until delta_hat(lo) > delta >= delta_hat(hi)."""
+  for _ in range(200):
+    if ev.delta(hi) > delta:
+      lo, hi = hi, hi * 2.0
+    elif ev.delta(lo) <= delta:
+      lo, hi = lo / 2.0, lo
+    else:
+      return lo, hi
+  raise ValueError(
+      f"could not bracket delta_hat(sigma) = delta = {delta!r} within "
+      f"[{lo!r}, {hi!r}]; check that C is non-degenerate.")
+
+
+def _solve_level(stream: _SampleStream, m: int, eps: float, delta: float,
+                 guess: float, rtol: float) -> tuple[float, _Evaluator]:
+  """Root of delta_hat on the first m samples, starting near `guess`."""
+  c = stream.chunk_size
+  if m <= c:
+    rows = next(stream.chunks(m))
+    ev = _Evaluator(stream, m, eps, rows)
+    lo, hi = _find_bracket(ev, delta, guess / 2.0, guess)
+    ev.passes = 1.0
+    return _brent(ev, delta, lo, hi, rtol), ev
+  pilot, pilot_ev = _solve_level(stream, max(c, m // _PILOT_FACTOR), eps,
+                                 delta, guess, rtol)
+  passes = pilot_ev.passes * pilot_ev.m / m
+  ratio = _BRACKET_RATIO
+  lo, hi = pilot / ratio, pilot * ratio
+  max_rows = _MAX_STORED_CHUNKS * c
+  for attempt in range(_MAX_SCREENS + 1):
+    rows = None
+    if attempt < _MAX_SCREENS:
+      rows = _screen(stream, m, eps, lo, hi, max_rows)
+      passes += 1.0
+    if rows is None:
+      # Too many near-tail samples to keep (or no progress): stream instead.
+      if ratio < 1.0 + 1e-3 or attempt >= _MAX_SCREENS - 1:
+        ev = _Evaluator(stream, m, eps, None)
+        lo, hi = _find_bracket(ev, delta, lo, hi)
+        sigma = _brent(ev, delta, lo, hi, rtol)
+        ev.passes += passes
+        return sigma, ev
+      ratio = math.sqrt(ratio)
+      mid = math.sqrt(lo * hi)
+      lo, hi = mid / ratio, mid * ratio
+      continue
+    ev = _Evaluator(stream, m, eps, rows)
+    d_lo, d_hi = ev.delta(lo), ev.delta(hi)
+    if d_lo > delta >= d_hi:
+      sigma = _brent(ev, delta, lo, hi, rtol)
+      ev.passes = passes
+      return sigma, ev
+    ratio = ratio * ratio
+    lo, hi = (hi, hi * ratio) if d_hi > delta else (lo / ratio, lo)
+  raise AssertionError("unreachable: the last attempt always streams")
+
+
+def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
+                               delta: float, num_samples: int, seed: SeedLike,
+                               chunk_size: int = DEFAULT_CHUNK_SIZE,
+                               rtol: float = 1e-6) -> Calibration:
+  """Alg. 2 of paper 003: sigma solving delta_hat(sigma) = delta, fixed sample.
+
+  The sample (i_j, Z_j), j < m (Alg. 2 lines 1-2) is drawn once from `seed`;
+  delta_hat(sigma) (line 4) is then a deterministic, continuous function of
+  sigma and line 5 is solved by Brent's bracketing method (bisection
+  safeguarded). Speed-ups that leave the root unchanged: a warm start from the
+  same procedure on the first m/8 samples (recursively), and screening: for
+  sigma in a bracket, only samples whose privacy loss can exceed eps are kept
+  (`_screen`), so each root-finder step touches only those. Memory is
+  O(chunk_size * b); if more than `4 * chunk_size` samples survive the
+  screen, the bracket is narrowed, and finally delta_hat is streamed.
+
+  For a formal guarantee calibrate to delta_verify < delta (paper 003 uses
+  8e-6 for delta = 1e-5) and run `estimate_verify_release` on a FRESH seed.
+
+  Raises:
+    ValueError: on bad input, or when num_samples < 1/delta (delta_hat cannot
+      resolve delta at all).
+  Warns:
+    InsufficientSamplesWarning: fewer than `MIN_TAIL_SAMPLES` tail samples or
+      relative standard error above `MAX_RELATIVE_STANDARD_ERROR` at sigma*.
+  """
+  eps = _checks.check_positive("epsilon", epsilon)
+  dlt = _checks.check_open_unit("delta", delta)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  rtol = _checks.check_positive("rtol", rtol)
+  c = _check_chunk_size(chunk_size)
+  if m * dlt < 1.0:
+    need = int(2 ** math.ceil(math.log2(100.0 / dlt)))
+    raise ValueError(
+        f"`num_samples` must be at least 1/delta = {1.0 / dlt:.4g} for a Monte "
+        f"Carlo estimate of delta = {dlt!r}; got {m}. Use num_samples >= {need} "
+        f"(about 100/delta, ~10% relative standard error) or a larger delta.")
+  stream = _SampleStream(_Kernel(pair), seed, c)
+  sigma_unamp = unamplified_noise_multiplier(pair, epsilon=eps, delta=dlt)
+  sigma, ev = _solve_level(stream, m, eps, dlt, sigma_unamp, rtol)
+  stats = ev.stats(sigma, derivative=True)
+  mean, se = _mean_and_se(stats, m)
+  slope = abs(stats.sum_df / m)
+  out = Calibration(
+      noise_multiplier=float(sigma), epsilon=eps, delta=dlt, delta_hat=mean,
+      delta_standard_error=se,
+      noise_multiplier_standard_error=se / slope if slope > 0 else math.inf,
+      num_samples=m, num_tail_samples=stats.num_tail,
+      unamplified_noise_multiplier=sigma_unamp, num_passes=ev.passes)
+  _warn_if_few("calibrated sigma", stats.num_tail,
+               se / mean if mean > 0 else math.inf, m)
+  return out
+
+
+# --------------------------------------------------------------------------
+# Estimate-Verify-Release (Alg. 1, Thm. 2.1).
+# --------------------------------------------------------------------------
+
+
+def _bernoulli_kl(a: float, p: float) -> float:
+  return float(special.rel_entr(a, p) + special.rel_entr(1.0 - a, 1.0 - p))
+
+
+def _check_verify_pair(delta_verify: Any, delta: Any) -> tuple[float, float]:
+  dv = _checks.check_open_unit("delta_verify", delta_verify)
+  d = _checks.check_open_unit("delta", delta)
+  if dv >= d:
+    raise ValueError(
+        f"`delta_verify` must be smaller than the released `delta` = {d!r} "
+        f"(Thm. 2.1: delta = tau * delta_verify, tau > 1); got {dv!r}. Use e.g. "
+        f"delta_verify = {DEFAULT_VERIFY_RATIO} * delta.")
+  return dv, d
+
+
+def verification_failure_probability(num_samples: int, delta_verify: float,
+                                     delta: float) -> float:
+  """Bound on P[delta_hat <= delta_verify] when H_{e^eps}(P, Q) >= delta.
+
+  delta_hat is a mean of m i.i.d. [0, 1] variables, so by the Chernoff-
+  Hoeffding bound P[delta_hat <= delta_verify] <= exp(-m KL(delta_verify ||
+  H)) <= exp(-m KL(delta_verify || delta)) for H >= delta (KL between
+  Bernoullis). Thm. 2.1 (paper 003) needs this to be <= delta.
+  """
+  m = _checks.check_positive_int("num_samples", num_samples)
+  dv, d = _check_verify_pair(delta_verify, delta)
+  return math.exp(-m * _bernoulli_kl(dv, d))
+
+
+def required_num_samples(delta_verify: float, delta: float) -> int:
+  """Smallest m with verification_failure_probability(m, ...) <= delta.
+
+  With this many samples Alg. 1 with threshold delta_verify is (eps, delta)-DP
+  (Thm. 2.1 of paper 003 with tau = delta / delta_verify). For delta = 1e-5 and
+  delta_verify = 8e-6 this is about 5.4e7.
+  """
+  dv, d = _check_verify_pair(delta_verify, delta)
+  return int(math.ceil(math.log(1.0 / d) / _bernoulli_kl(dv, d)))
+
+
+@dataclasses.dataclass(frozen=True)
+class VerificationResult:
+  """Outcome of Estimate-Verify-Release (Alg. 1 of paper 003).
+
+  Attributes:
+    verified: delta_hat <= delta_verify; Alg. 1 released iff True (else it
+      returned bottom).
+    epsilon, delta: the guarantee Alg. 1 satisfies (Thm. 2.1).
+    delta_verify: the verification threshold (delta / tau).
+    noise_multiplier: sigma verified.
+    delta_hat, standard_error, num_tail_samples: the estimate on the fresh
+      sample.
+    num_samples: m used.
+    required_num_samples: smallest m for which Thm. 2.1 applies.
+    failure_probability: Chernoff bound on P[verified] were the true delta
+      above `delta` (must be <= delta).
+    output: what `release()` returned if verified, else None.
+  """
+
+  verified: bool
+  epsilon: float
+  delta: float
+  delta_verify: float
+  noise_multiplier: float
+  delta_hat: float
+  standard_error: float
+  num_tail_samples: int
+  num_samples: int
+  required_num_samples: int
+  failure_probability: float
+  output: Any = None
+
+
+def estimate_verify_release(
+    pair: BallsInBinsPair, *, noise_multiplier: float, epsilon: float,
+    delta: float, seed: SeedLike, delta_verify: float | None = None,
+    num_samples: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
+    release: Callable[[], Any] | None = None) -> VerificationResult:
+  """Alg. 1 of paper 003 (Estimate-Verify-Release of Wang et al. 2023).
+
+  Estimates delta_hat(sigma) on a sample drawn from `seed` (which must be
+  independent of any sample used to choose sigma, e.g. the calibration seed),
+  verifies delta_hat <= delta_verify and only then calls `release`. By
+  Thm. 2.1 the procedure is (eps, delta)-DP when the sample is large enough
+  that verification fails with probability >= 1 - delta whenever the true
+  H_{e^eps}(P, Q) > delta; that is checked here with the Chernoff bound of
+  `verification_failure_probability`.
+
+  Args:
+    pair: the dominating pair (Lemma 3.2).
+    noise_multiplier: sigma to verify (e.g. from `calibrate_noise_multiplier`
+      at delta_verify on another seed).
+    epsilon: eps > 0.
+    delta: the delta to release, in (0, 1).
+    seed: fresh randomness for the verification sample.
+    delta_verify: threshold, default DEFAULT_VERIFY_RATIO * delta.
+    num_samples: m, default (and minimum) `required_num_samples`.
+    chunk_size: rows per chunk (memory O(chunk_size * b)).
+    release: zero-argument callable run only if verified (the mechanism M(D)).
+
+  Raises:
+    ValueError: on bad input, or when num_samples is too small for Thm. 2.1.
+  """
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  eps = _checks.check_positive("epsilon", epsilon)
+  d = _checks.check_open_unit("delta", delta)
+  dv = DEFAULT_VERIFY_RATIO * d if delta_verify is None else delta_verify
+  dv, d = _check_verify_pair(dv, d)
+  need = required_num_samples(dv, d)
+  m = need if num_samples is None else _checks.check_positive_int(
+      "num_samples", num_samples)
+  if m < need:
+    raise ValueError(
+        f"`num_samples` = {m} is too small for Estimate-Verify-Release at "
+        f"delta_verify={dv!r}, delta={d!r}: the failure probability bound "
+        f"{verification_failure_probability(m, dv, d):.3g} exceeds delta "
+        f"(Thm. 2.1). Use num_samples >= {need}, or a smaller delta_verify / "
+        "delta ratio.")
+  if release is not None and not callable(release):
+    raise ValueError(f"`release` must be a zero-argument callable or None; got "
+                     f"{release!r}.")
+  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size))
+  stats = _streaming_stats(stream, m, sigma, eps)
+  mean, se = _mean_and_se(stats, m)
+  verified = mean <= dv
+  output = release() if (verified and release is not None) else None
+  return VerificationResult(
+      verified=bool(verified), epsilon=eps, delta=d, delta_verify=dv,
+      noise_multiplier=sigma, delta_hat=mean, standard_error=se,
+      num_tail_samples=stats.num_tail, num_samples=m,
+      required_num_samples=need,
+      failure_probability=verification_failure_probability(m, dv, d),
+      output=output)
