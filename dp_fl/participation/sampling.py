@@ -1,0 +1,216 @@
+"""Sampling-based participation schemes (no device timer).
+
+* `PoissonScheduler` — each client takes part in each round independently with
+  probability ``q`` (paper 001 Sec. 2, "random sample of users ... each user
+  selected independently with probability q"); the cohort size is variable and
+  the aggregator uses paper 001's fixed denominator ``qN``.
+* `UniformScheduler` — ``m`` distinct clients uniformly at random per round,
+  independently across rounds.
+* `BallsInBinsScheduler` — paper 003 Def. 3.1: each client is placed once, at
+  construction, into one of ``NB`` bins uniformly at random; round ``t`` uses
+  bin ``t mod NB``. Optional fixed size ``B`` (paper 003 Sec. 5.2.1): larger
+  bins are truncated to ``B`` clients (a random subset per round; truncation is
+  equivalent to zero updates, so the analysis is unchanged) and smaller ones
+  are padded with zero-update slots; the denominator is always ``B``.
+* `CyclicScheduler` — deterministic epochs: the population is split into
+  ``G = ceil(N / m)`` groups of ``m`` (the last may be smaller), round ``t``
+  uses group ``t mod G``; optionally the split is re-drawn every epoch.
+
+Poisson cohorts are sampled as ``K ~ Binomial(N, q)`` followed by a uniform
+``K``-subset, which has exactly the distribution of ``N`` independent
+Bernoulli(q) draws and costs O(K) instead of O(N) per round.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dp_fl import _checks
+from dp_fl.participation import base
+
+
+class PoissonScheduler(base.Scheduler):
+  """Poisson user sampling with rate ``q`` (paper 001)."""
+
+  KIND = "PoissonScheduler"
+
+  def __init__(self, num_clients: int, sampling_probability: float, seed: int):
+    super().__init__(num_clients, seed)
+    self._q = _checks.check_half_open_unit("sampling_probability", sampling_probability)
+
+  @property
+  def sampling_probability(self) -> float:
+    return self._q
+
+  @property
+  def expected_cohort_size(self) -> float:
+    return self._q * self._num_clients
+
+  def _select(self, round_index):
+    rng = self._rng(base.STREAM_SELECT, round_index)
+    k = int(rng.binomial(self._num_clients, self._q))
+    ids = np.sort(rng.choice(self._num_clients, size=k, replace=False).astype(np.int64))
+    return base.RoundSelection(round_index=round_index, client_ids=ids,
+                               denominator=self.expected_cohort_size,
+                               num_candidates=self._num_clients)
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "sampling_probability": self._q,
+            "seed": self._seed}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["sampling_probability"], config["seed"])
+
+
+class UniformScheduler(base.Scheduler):
+  """``m`` clients uniformly without replacement each round."""
+
+  KIND = "UniformScheduler"
+
+  def __init__(self, num_clients: int, clients_per_round: int, seed: int):
+    super().__init__(num_clients, seed)
+    self._m = _checks.check_positive_int("clients_per_round", clients_per_round)
+    if self._m > self._num_clients:
+      raise ValueError(f"`clients_per_round` must be <= `num_clients` ({self._num_clients}); "
+                       f"got {clients_per_round!r}.")
+
+  def _select(self, round_index):
+    rng = self._rng(base.STREAM_SELECT, round_index)
+    ids = np.sort(rng.choice(self._num_clients, size=self._m, replace=False).astype(np.int64))
+    return base.RoundSelection(round_index=round_index, client_ids=ids,
+                               denominator=float(self._m), num_candidates=self._num_clients)
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "clients_per_round": self._m,
+            "seed": self._seed}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["clients_per_round"], config["seed"])
+
+
+class BallsInBinsScheduler(base.Scheduler):
+  """Balls-in-bins batching (paper 003 Def. 3.1, fixed-size variant Sec. 5.2.1).
+
+  Args:
+    num_clients: population ``N``.
+    num_bins: ``NB >= 1`` bins (= rounds per epoch).
+    seed: the bin assignment is drawn from ``Generator(SeedSequence(seed,
+      spawn_key=(STREAM_BINS, 0)))``, so it is re-derived on restore.
+    fixed_size: optional ``B``: pad/truncate every round to exactly ``B`` slots.
+  """
+
+  KIND = "BallsInBinsScheduler"
+
+  def __init__(self, num_clients: int, num_bins: int, seed: int, fixed_size: int | None = None):
+    super().__init__(num_clients, seed)
+    if isinstance(num_bins, (int, np.integer)) and not isinstance(num_bins, bool) and num_bins < 1:
+      raise ValueError(f"`num_bins` (NB) must be >= 1; got {num_bins!r}. Use NB = number of "
+                       "rounds per epoch.")
+    self._nb = _checks.check_positive_int("num_bins", num_bins)
+    self._fixed = None if fixed_size is None else _checks.check_positive_int(
+        "fixed_size", fixed_size)
+    bins = self._rng(base.STREAM_BINS, 0).integers(self._nb, size=self._num_clients,
+                                                   dtype=np.int32)
+    self._order = np.argsort(bins, kind="stable").astype(np.int64)
+    self._offsets = np.concatenate(
+        [[0], np.cumsum(np.bincount(bins, minlength=self._nb))]).astype(np.int64)
+
+  @property
+  def num_bins(self) -> int:
+    return self._nb
+
+  @property
+  def fixed_size(self) -> int | None:
+    return self._fixed
+
+  def bin_members(self, bin_index: int) -> np.ndarray:
+    """Sorted clients of bin `bin_index` (before truncation)."""
+    j = _checks.check_nonnegative_int("bin_index", bin_index)
+    if j >= self._nb:
+      raise ValueError(f"`bin_index` must be < num_bins ({self._nb}); got {bin_index!r}.")
+    return self._order[self._offsets[j]:self._offsets[j + 1]].copy()
+
+  def bin_sizes(self) -> np.ndarray:
+    return np.diff(self._offsets)
+
+  def _select(self, round_index):
+    members = self._order[self._offsets[round_index % self._nb]:
+                          self._offsets[round_index % self._nb + 1]]
+    if self._fixed is None:
+      return base.RoundSelection(round_index=round_index, client_ids=members.copy(),
+                                 denominator=self._num_clients / self._nb,
+                                 num_candidates=int(members.size))
+    b = self._fixed
+    truncated = max(0, members.size - b)
+    if truncated:
+      ids = base.sample_without_replacement(self._rng(base.STREAM_TRUNCATE, round_index),
+                                            members, b)
+    else:
+      ids = members.copy()
+    return base.RoundSelection(round_index=round_index, client_ids=ids, denominator=float(b),
+                               num_padding=b - int(ids.size), num_candidates=int(members.size),
+                               num_truncated=truncated)
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "num_bins": self._nb, "seed": self._seed,
+            "fixed_size": self._fixed}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["num_bins"], config["seed"],
+               fixed_size=config["fixed_size"])
+
+
+class CyclicScheduler(base.Scheduler):
+  """Cyclic epochs of ``ceil(N / m)`` rounds, each client once per epoch."""
+
+  KIND = "CyclicScheduler"
+
+  def __init__(self, num_clients: int, clients_per_round: int, seed: int,
+               reshuffle_each_epoch: bool = False):
+    super().__init__(num_clients, seed)
+    self._m = _checks.check_positive_int("clients_per_round", clients_per_round)
+    if self._m > self._num_clients:
+      raise ValueError(f"`clients_per_round` must be <= `num_clients` ({self._num_clients}); "
+                       f"got {clients_per_round!r}.")
+    if not isinstance(reshuffle_each_epoch, bool):
+      raise ValueError(f"`reshuffle_each_epoch` must be a bool; got {reshuffle_each_epoch!r}.")
+    self._reshuffle = reshuffle_each_epoch
+    self._groups = -(-self._num_clients // self._m)
+    self._perm_epoch = -1
+    self._perm = np.zeros(0, dtype=np.int64)
+
+  @property
+  def rounds_per_epoch(self) -> int:
+    return self._groups
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    key = epoch if self._reshuffle else 0
+    if self._perm_epoch != key:
+      self._perm = self._rng(base.STREAM_PERMUTATION, key).permutation(
+          self._num_clients).astype(np.int64)
+      self._perm_epoch = key
+    return self._perm
+
+  def _select(self, round_index):
+    epoch, group = divmod(round_index, self._groups)
+    perm = self._permutation(epoch)
+    ids = np.sort(perm[group * self._m:(group + 1) * self._m])
+    return base.RoundSelection(round_index=round_index, client_ids=ids,
+                               denominator=float(self._m), shortfall=self._m - int(ids.size),
+                               num_candidates=self._num_clients)
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "clients_per_round": self._m, "seed": self._seed,
+            "reshuffle_each_epoch": self._reshuffle}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["clients_per_round"], config["seed"],
+               reshuffle_each_epoch=config["reshuffle_each_epoch"])

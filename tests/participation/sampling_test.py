@@ -1,0 +1,183 @@
+"""Tests for Poisson (paper 001), balls-in-bins (paper 003 Def. 3.1 / Sec. 5.2.1),
+uniform and cyclic participation.
+
+Statistical tests use fixed seeds, so they are deterministic; each states the
+tolerance and the flake rate it would have for a fresh seed: z-tests at 5
+standard deviations (two-sided rate 5.7e-7) and chi-square tests requiring
+p > 1e-6 (rate 1e-6).
+"""
+
+from __future__ import annotations
+
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+from scipy import stats
+
+from dp_fl.participation import sampling
+
+Z = 5.0        # z-test tolerance in standard deviations: flake rate 5.7e-7
+P_MIN = 1e-6   # chi-square p-value threshold: flake rate 1e-6
+
+
+def run(scheduler, rounds):
+  return [scheduler.next_round() for _ in range(rounds)]
+
+
+def chisquare_binned(observed_values, pmf, support):
+  """Chi-square GOF of integer samples to `pmf` on `support`, merging bins with expected < 5."""
+  n = len(observed_values)
+  counts = np.array([np.sum(observed_values == k) for k in support], dtype=float)
+  expected = n * pmf
+  obs_b, exp_b, acc_o, acc_e = [], [], 0.0, 0.0
+  for o, e in zip(counts, expected):
+    acc_o, acc_e = acc_o + o, acc_e + e
+    if acc_e >= 5:
+      obs_b.append(acc_o); exp_b.append(acc_e); acc_o, acc_e = 0.0, 0.0
+  obs_b[-1] += acc_o + (n - counts.sum())
+  exp_b[-1] += acc_e + (n - expected.sum())
+  return stats.chisquare(obs_b, exp_b).pvalue
+
+
+class TestPoisson:
+
+  def test_frequencies_match_definition(self):
+    """Each client in each round independently w.p. q (paper 001).
+
+    Checks, at Z = 5 sd / p > 1e-6: mean cohort size N q; cohort-size
+    dispersion Binomial(N, q) (chi-square on sum of squared z-scores); per-client
+    counts ~ Binomial(R, q) (chi-square GOF); consecutive-round overlap N q^2.
+    """
+    n, q, rounds = 2000, 0.03, 600
+    sels = run(sampling.PoissonScheduler(n, q, seed=7), rounds)
+    sizes = np.array([s.cohort_size for s in sels], dtype=float)
+    var = n * q * (1 - q)
+    assert abs(sizes.mean() - n * q) < Z * np.sqrt(var / rounds)
+    dispersion = np.sum((sizes - n * q) ** 2) / var
+    tail = stats.chi2.sf(dispersion, rounds)
+    assert P_MIN < tail < 1 - P_MIN
+    counts = np.zeros(n, dtype=int)
+    for s in sels:
+      counts[s.client_ids] += 1
+    support = np.arange(0, rounds + 1)
+    assert chisquare_binned(counts, stats.binom.pmf(support, rounds, q), support) > P_MIN
+    overlap = sum(np.intersect1d(a.client_ids, b.client_ids).size for a, b in zip(sels, sels[1:]))
+    mean = (rounds - 1) * n * q * q
+    assert abs(overlap - mean) < Z * np.sqrt(mean)
+    assert all(s.denominator == n * q for s in sels)
+
+  def test_q_one_selects_everyone(self):
+    sels = run(sampling.PoissonScheduler(7, 1.0, seed=0), 3)
+    assert all(s.client_ids.tolist() == list(range(7)) for s in sels)
+
+  @pytest.mark.parametrize("q", [0.0, -0.1, 1.5, float("nan"), float("inf")])
+  def test_bad_q(self, q):
+    with pytest.raises(ValueError, match="sampling_probability"):
+      sampling.PoissonScheduler(10, q, seed=0)
+
+
+class TestBallsInBins:
+
+  def test_each_client_once_per_epoch_in_its_bin(self):
+    n, nb, epochs = 3000, 7, 5
+    s = sampling.BallsInBinsScheduler(n, nb, seed=3)
+    sels = run(s, nb * epochs)
+    for r, sel in enumerate(sels):
+      np.testing.assert_array_equal(sel.client_ids, s.bin_members(r % nb))
+    counts = s.ledger.counts
+    assert np.all(counts == epochs)
+    assert s.realized().min_separation == nb
+    assert s.realized().max_participations == epochs
+    assert sum(s.bin_sizes()) == n
+
+  def test_bin_sizes_are_multinomial(self):
+    """Bin sizes ~ Multinomial(N, 1/NB) (paper 003 Def. 3.1): chi-square p > 1e-6."""
+    n, nb = 20000, 13
+    sizes = sampling.BallsInBinsScheduler(n, nb, seed=5).bin_sizes()
+    assert stats.chisquare(sizes).pvalue > P_MIN
+
+  def test_assignment_uniform_and_independent_across_seeds(self):
+    """P(client c in bin j) = 1/NB and independent clients: chi-square p > 1e-6, z at 5 sd."""
+    n, nb, seeds = 10, 4, 3000
+    table = np.zeros((n, nb))
+    same = 0
+    for seed in range(seeds):
+      s = sampling.BallsInBinsScheduler(n, nb, seed=seed)
+      bins = np.empty(n, dtype=int)
+      for j in range(nb):
+        bins[s.bin_members(j)] = j
+      table[np.arange(n), bins] += 1
+      same += bins[0] == bins[1]
+    assert stats.chisquare(table.ravel()).pvalue > P_MIN
+    assert abs(same - seeds / nb) < Z * np.sqrt(seeds * (1 / nb) * (1 - 1 / nb))
+
+  @pytest.mark.parametrize("fixed", [300, 430, 600])
+  def test_pad_and_truncate(self, fixed):
+    """Paper 003 Sec. 5.2.1: pad small bins, truncate large ones; denominator always B."""
+    n, nb = 3000, 7
+    s = sampling.BallsInBinsScheduler(n, nb, seed=1, fixed_size=fixed)
+    for sel in run(s, 2 * nb):
+      members = s.bin_members(sel.round_index % nb)
+      assert set(sel.client_ids.tolist()) <= set(members.tolist())
+      assert sel.cohort_size == min(members.size, fixed)
+      assert sel.num_padding == fixed - sel.cohort_size
+      assert sel.num_truncated == max(0, members.size - fixed)
+      assert sel.cohort_size + sel.num_padding == fixed
+      assert sel.denominator == fixed
+
+  def test_truncation_is_uniform(self):
+    """Over many epochs each member of a truncated bin is kept w.p. B/|bin|: chi-square p > 1e-6."""
+    s = sampling.BallsInBinsScheduler(200, 2, seed=4, fixed_size=60)
+    sels = run(s, 2 * 1500)
+    members = s.bin_members(0)
+    counts = np.zeros(200)
+    for sel in sels[::2]:
+      counts[sel.client_ids] += 1
+    assert stats.chisquare(counts[members]).pvalue > P_MIN
+    assert np.all(counts[members] > 0)
+
+  @pytest.mark.parametrize("nb", [0, -1])
+  def test_bad_num_bins(self, nb):
+    with pytest.raises(ValueError, match="num_bins"):
+      sampling.BallsInBinsScheduler(10, nb, seed=0)
+
+  def test_bad_fixed_size(self):
+    with pytest.raises(ValueError, match="fixed_size"):
+      sampling.BallsInBinsScheduler(10, 2, seed=0, fixed_size=0)
+
+
+class TestUniformAndCyclic:
+
+  def test_uniform_counts(self):
+    """m distinct clients per round, per-client counts uniform: chi-square p > 1e-6."""
+    s = sampling.UniformScheduler(100, 9, seed=2)
+    for sel in run(s, 3000):
+      assert sel.cohort_size == 9 and np.unique(sel.client_ids).size == 9
+    assert stats.chisquare(s.ledger.counts).pvalue > P_MIN
+
+  @hypothesis.settings(derandomize=True, deadline=None, max_examples=40)
+  @hypothesis.given(st.integers(1, 200), st.integers(1, 50), st.booleans(), st.integers(0, 99))
+  def test_cyclic_epochs(self, n, m, reshuffle, seed):
+    hypothesis.assume(m <= n)
+    s = sampling.CyclicScheduler(n, m, seed, reshuffle_each_epoch=reshuffle)
+    g = s.rounds_per_epoch
+    assert g == -(-n // m)
+    for epoch in range(3):
+      seen = np.concatenate([s.next_round().client_ids for _ in range(g)])
+      np.testing.assert_array_equal(np.sort(seen), np.arange(n))  # everyone once per epoch
+    if not reshuffle and g > 1:
+      assert s.realized().min_separation == g
+    assert s.realized().max_participations == 3
+
+  def test_bad_sizes(self):
+    with pytest.raises(ValueError, match="clients_per_round"):
+      sampling.UniformScheduler(5, 6, seed=0)
+    with pytest.raises(ValueError, match="clients_per_round"):
+      sampling.CyclicScheduler(5, 0, seed=0)
+    with pytest.raises(ValueError, match="seed"):
+      sampling.UniformScheduler(5, 2, seed=-1)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
