@@ -122,7 +122,25 @@ def install_worker_guard() -> None:
     # worker is gone and that would print a spurious ProcessLookupError.
     executor_factory.os = _guarded_os_module()
     _guard_installed = True
-  atexit.register(shutdown_workers)
+  atexit.register(_shutdown_at_exit)
+
+
+def _shutdown_at_exit() -> None:
+  """Stops the workers, then detaches them from TFF's ServiceManager objects.
+
+  A ServiceManager still alive at interpreter shutdown runs its `__del__` after module
+  globals are cleared and prints "Exception ignored ... 'NoneType' object has no attribute
+  'Popen'". The workers are already stopped here, so the managers have nothing left to do.
+  """
+  had_workers = bool(_workers or _stopped_worker_pids)
+  shutdown_workers()
+  if not had_workers:
+    return
+  import gc  # pylint: disable=g-import-not-at-top
+  for obj in gc.get_objects():
+    kind = type(obj)
+    if kind.__name__ == "ServiceManager" and kind.__module__.endswith("executor_factory"):
+      obj._process = None  # pylint: disable=protected-access
 
 
 def worker_pids() -> list[int]:

@@ -1,0 +1,256 @@
+"""DP-FTRL aggregation with streaming correlated noise as a TFF aggregation factory.
+
+Paper 004, Alg. 1 and Eqs. 1/4: each round the clients' updates are clipped to
+L2 norm ζ, summed, and the round's row of the correlated noise σζ C⁻¹Z is
+added before dividing by the fixed number of clients per round m:
+
+    Δ̃ᵗ / m = (Σ_i clip(Δᵢᵗ, ζ) + σζ (C⁻¹ Z)_{t,:}) / m.
+
+The mechanism (BLT, BandMF, TreeAgg or DP-SGD's C = I) enters only through its
+streaming generator (`dp_fl.aggregators.noise`), whose buffers live in the
+aggregator state next to the noise seed and the round index: the state alone
+determines the rest of the noise stream, so a checkpointed state resumes it
+bit for bit.
+
+Composition (outermost first), all TFF factories except the noise step:
+
+    nonfinite_zeroing_factory   NaN/Inf client updates -> zeros (counted)
+      tff zeroing_factory       updates with L2 norm > zeroing_norm -> zeros
+        tff clipping_factory    global L2 clipping to ζ (counted)
+          record factory        SumFactory by default (e.g. a secure sum)
+    + correlated noise at the server, / clients_per_round.
+
+Privacy accounting (sensitivity of C under the participation schema, zCDP,
+ε) is done by `dp_fl.accounting` from the same mechanism; this module only
+guarantees that the noise added is exactly σζ C⁻¹Z for that mechanism.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_fl import _checks
+from dp_fl.aggregators import _types
+from dp_fl.aggregators import guards
+from dp_fl.aggregators import noise as noise_lib
+
+DEFAULT_ZEROING_MULTIPLE = 1e3  # zeroing_norm default: 1000 ζ (L2).
+
+
+def seed_pair(seed: Optional[int]) -> np.ndarray:
+  """The two-word int64 seed held in the state; fresh OS entropy when `seed` is None."""
+  if seed is not None:
+    seed = _checks.check_nonnegative_int("seed", seed)
+  words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
+  return words.astype(np.int64)
+
+
+class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Clipped sum + streaming correlated noise σζ C⁻¹Z, divided by m (paper 004, Alg. 1).
+
+  Use a named constructor (`blt`, `banded`, `tree`, `dpsgd`) or
+  `from_mechanism`. State: OrderedDict(inner=<guards/zeroing/clipping/sum
+  state>, noise=OrderedDict(seed=int64[2], round=int64, buffers=<one
+  [buffers, *shape] tensor per model tensor>)). Measurements per round:
+  round, clients, clipped_count, clipped_fraction, zeroed_count,
+  nonfinite_count, noise_stddev (σζ, the std of each entry of Z).
+  """
+
+  def __init__(self, noise: noise_lib.StreamingNoise, *, clip_norm: float,
+               noise_multiplier: float, clients_per_round: int,
+               rounds: Optional[int] = None, seed: Optional[int] = None,
+               zeroing_norm: Optional[float] = None,
+               record_aggregation_factory: Optional[
+                   tff.aggregators.UnweightedAggregationFactory] = None):
+    """Builds the factory; all arguments are validated here, not in a traced graph.
+
+    Args:
+      noise: the mechanism's TF streaming generator (see `from_mechanism`).
+      clip_norm: ζ > 0, the L2 clip norm of each client update.
+      noise_multiplier: σ >= 0; each entry of Z has std σζ (0 = no noise).
+      clients_per_round: m >= 1, the fixed denominator.
+      rounds: training rounds; must not exceed what the mechanism was built for
+        (BandMF's n, TreeAgg's n). Defaults to the mechanism's own n, if any.
+      seed: noise seed (non-negative int); None draws one from OS entropy. The
+        seed is part of the state either way.
+      zeroing_norm: client updates with L2 norm above it are zeroed (TFF's
+        zeroing factory); default 1000 ζ; math.inf disables.
+      record_aggregation_factory: how clipped updates are summed;
+        tff.aggregators.SumFactory() by default.
+    """
+    if not isinstance(noise, noise_lib.StreamingNoise):
+      raise ValueError(
+          f"`noise` must be a dp_fl.aggregators.noise.StreamingNoise (use "
+          f"DPFTRLFactory.from_mechanism for mechanism objects); got {type(noise).__name__}.")
+    self._noise = noise
+    self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
+    self._noise_multiplier = _checks.check_nonnegative("noise_multiplier", noise_multiplier)
+    self._clients_per_round = _checks.check_positive_int("clients_per_round", clients_per_round)
+    if rounds is None:
+      rounds = noise.max_rounds
+    if rounds is not None:
+      rounds = _checks.check_positive_int("rounds", rounds)
+      if noise.max_rounds is not None and rounds > noise.max_rounds:
+        raise ValueError(
+            f"`rounds`={rounds} exceeds the {noise.max_rounds} rounds the {noise.name} "
+            f"mechanism was built for; rebuild the mechanism for n >= {rounds} or train for "
+            f"at most {noise.max_rounds} rounds.")
+    self._rounds = rounds
+    self._seed = seed_pair(seed)
+    if zeroing_norm is None:
+      zeroing_norm = DEFAULT_ZEROING_MULTIPLE * self._clip_norm
+    if zeroing_norm != math.inf:
+      zeroing_norm = _checks.check_positive("zeroing_norm", zeroing_norm)
+    if zeroing_norm < self._clip_norm:
+      raise ValueError(
+          f"`zeroing_norm`={zeroing_norm} is below `clip_norm`={self._clip_norm}; it would "
+          f"zero updates that clipping keeps. Use zeroing_norm >= clip_norm.")
+    self._zeroing_norm = float(zeroing_norm)
+    if record_aggregation_factory is None:
+      record_aggregation_factory = tff.aggregators.SumFactory()
+    if not isinstance(record_aggregation_factory, tff.aggregators.UnweightedAggregationFactory):
+      raise ValueError(
+          f"`record_aggregation_factory` must be a tff.aggregators."
+          f"UnweightedAggregationFactory; got {type(record_aggregation_factory).__name__}.")
+    self._record_factory = record_aggregation_factory
+
+  # -- named constructors (paper 004, Table 1) ---------------------------------------------
+
+  @classmethod
+  def from_mechanism(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
+    """From any mechanism `noise.from_mechanism` accepts; kwargs as in `__init__`."""
+    return cls(noise_lib.from_mechanism(mechanism, kwargs.get("rounds")), **kwargs)
+
+  @classmethod
+  def blt(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
+    """BLT-DP-FTRL: `mechanism` is a `blt.Blt`, a catalog BLT, or has theta/omega.
+
+    Streams by paper 004 Alg. 3 with d buffers; defined for any number of rounds.
+    """
+    noise = noise_lib.from_mechanism(mechanism)
+    if not isinstance(noise, noise_lib.BltNoise):
+      raise ValueError(f"`mechanism` must be a BLT (theta, omega); got {type(mechanism).__name__}.")
+    return cls(noise, **kwargs)
+
+  @classmethod
+  def banded(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
+    """BandMF: `mechanism` is a BandMF object, a catalog bandmf, or its dense C.
+
+    bands − 1 buffers; refuses `rounds` beyond the n of C.
+    """
+    noise = noise_lib.from_mechanism(mechanism)
+    if not isinstance(noise, noise_lib.BandedNoise):
+      raise ValueError(f"`mechanism` must be a banded C; got {type(mechanism).__name__}.")
+    return cls(noise, **kwargs)
+
+  @classmethod
+  def tree(cls, *, rounds: int, **kwargs) -> "DPFTRLFactory":
+    """Online TreeAgg (Kairouz et al.) for `rounds` rounds, ⌊log₂ n⌋ buffers."""
+    return cls(noise_lib.TreeNoise(rounds), rounds=rounds, **kwargs)
+
+  @classmethod
+  def dpsgd(cls, **kwargs) -> "DPFTRLFactory":
+    """DP-SGD / DP-FedAvg with a fixed cohort: C = I, independent noise, no buffers."""
+    return cls(noise_lib.IdentityNoise(), **kwargs)
+
+  # -- properties --------------------------------------------------------------------------
+
+  @property
+  def noise(self) -> noise_lib.StreamingNoise:
+    return self._noise
+
+  @property
+  def noise_stddev(self) -> float:
+    """σζ: the std of each entry of Z (before C⁻¹), added to the sum."""
+    return self._noise_multiplier * self._clip_norm
+
+  @property
+  def clients_per_round(self) -> int:
+    return self._clients_per_round
+
+  @property
+  def rounds(self) -> Optional[int]:
+    return self._rounds
+
+  # -- process -----------------------------------------------------------------------------
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    """The aggregation process for `value_type` (a structure of float tensors)."""
+    specs = _types.tensor_specs(value_type)
+    inner_process = guards.nonfinite_zeroing_factory(
+        tff.aggregators.zeroing_factory(
+            self._zeroing_norm,
+            tff.aggregators.clipping_factory(self._clip_norm, self._record_factory),
+            norm_order=2.0)).create(value_type)
+    noise = self._noise
+    stddev = self.noise_stddev
+    denominator = float(self._clients_per_round)
+    seed = self._seed
+
+    @tff.tensorflow.computation
+    def init_noise_state():
+      return collections.OrderedDict(
+          seed=tf.constant(seed, noise_lib.SEED_DTYPE),
+          round=tf.constant(0, noise_lib.ROUND_DTYPE),
+          buffers=[noise.initial_buffer(s) for s in specs])
+
+    noise_state_type = init_noise_state.type_signature.result
+
+    @tff.tensorflow.computation(noise_state_type, value_type)
+    def add_noise(state, value_sum):
+      seed_, round_ = state["seed"], state["round"]
+      z = noise_lib.standard_normal(seed_, round_, specs)
+      sums = _types.flatten(value_sum)
+      buffers = _types.flatten(state["buffers"])
+      results, new_buffers = [], []
+      for z_i, sum_i, buffer_i in zip(z, sums, buffers):
+        noise_i, buffer_i = noise.step(z_i, buffer_i, round_)
+        results.append((sum_i + tf.constant(stddev, sum_i.dtype) * noise_i)
+                       / tf.constant(denominator, sum_i.dtype))
+        new_buffers.append(buffer_i)
+      new_state = collections.OrderedDict(
+          seed=seed_, round=round_ + 1, buffers=new_buffers)
+      return _types.pack_as(value_sum, results), new_state
+
+    @tff.tensorflow.computation(tf.int32, tf.int32)
+    def fraction(count, clients):
+      return tf.math.divide_no_nan(tf.cast(count, tf.float32), tf.cast(clients, tf.float32))
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          inner=inner_process.initialize(),
+          noise=tff.federated_eval(init_noise_state, tff.SERVER)))
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      inner_output = inner_process.next(state.inner, value)
+      result, noise_state = tff.federated_map(
+          add_noise, tff.federated_zip((state.noise, inner_output.result)))
+      clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
+      zeroing = inner_output.measurements.nonfinite
+      clipped_count = zeroing.zeroing.clipped_count
+      measurements = collections.OrderedDict(
+          round=state.noise.round,
+          clients=clients,
+          clipped_count=clipped_count,
+          clipped_fraction=tff.federated_map(
+              fraction, tff.federated_zip((clipped_count, clients))),
+          zeroed_count=zeroing.zeroed_count,
+          nonfinite_count=inner_output.measurements.nonfinite_count,
+          noise_stddev=tff.federated_value(np.float32(stddev), tff.SERVER),
+          record_aggregation=zeroing.zeroing.clipping)
+      return tff.templates.MeasuredProcessOutput(
+          state=tff.federated_zip(collections.OrderedDict(
+              inner=inner_output.state, noise=noise_state)),
+          result=result,
+          measurements=tff.federated_zip(measurements))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)

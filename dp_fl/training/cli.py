@@ -1,0 +1,113 @@
+"""Command-line surface shared by the task binaries: flags → a validated TrainingConfig.
+
+The binary owns its parser and parses it in `main`; this module only adds the training
+arguments to that parser and turns the parsed namespace into a `TrainingConfig`, so every
+task has the same flags and none re-declares them. Values come from, in increasing
+priority: `TrainingConfig`'s defaults, the task's defaults, the chosen preset, and the
+flags the user actually gave.
+
+    parser = argparse.ArgumentParser()
+    cli.add_training_arguments(parser)
+    parser.add_argument("--data_dir")          # task-specific flags
+    args = parser.parse_args(argv)
+    config = cli.training_config(args, task="stackoverflow", root_dir_default=...,
+                                 defaults=TASK_DEFAULTS, preset=PRESETS.get(args.preset))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Mapping, Optional
+
+from dp_fl.training import config as config_lib
+
+_HELP = {
+    "root_dir": "run directory (checkpoints, metrics, privacy report); resumes if it has one",
+    "rounds": "n: training rounds",
+    "clients_per_round": "m: report goal / clients per round (C̃ for Poisson sampling)",
+    "mechanism": "privacy mechanism: " + ", ".join(config_lib.MECHANISMS),
+    "noise_multiplier": "σ: noise std / clip norm (z for DP-FedAvg)",
+    "clip_norm": "ζ: L2 clip norm of each client update",
+    "seed": "seed of model init, participation, noise and data order",
+    "min_sep": "b: min separation (rounds) the mechanism is optimized for / enforced by "
+               "--participation=min_sep_rounds",
+    "max_participations": "k the mechanism is optimized for (default ceil(n/b))",
+    "blt_buffers": "d: BLT buffers",
+    "bandmf_bands": "BandMF bands (default min(b, n))",
+    "mechanism_params": "JSON file with mechanism parameters (from scripts/mechanism)",
+    "participation": "who takes part: " + ", ".join(config_lib.PARTICIPATIONS),
+    "timer_hours": "device timer: hours before a device may take part again",
+    "round_hours": "simulated duration of a round (device timer)",
+    "availability": "device availability: always or diurnal",
+    "population_sampling_rate": "q for Poisson sampling (default clients_per_round / "
+                                "population)",
+    "client_learning_rate": "client SGD learning rate",
+    "client_epochs": "local epochs per round",
+    "server_learning_rate": "server SGD learning rate",
+    "server_momentum": "server SGD momentum (paper 004: 0.9)",
+    "cooldown_rounds": "linear server-lr cooldown over the last R rounds",
+    "cooldown_final_fraction": "lr at the end of the cooldown, as a fraction",
+    "eval_every": "evaluate every E rounds",
+    "checkpoint_every": "checkpoint every K rounds",
+    "keep_checkpoints": "checkpoints to keep",
+    "delta": "δ of the privacy report",
+    "target_epsilon": "stop before ε would exceed this",
+    "on_nonfinite": "a round with a non-finite loss: stop or discard",
+    "jit_compile": "XLA-compile the client training step",
+}
+
+# Fields a binary decides itself (not flags).
+_NOT_FLAGS = ("task",)
+
+
+def _parse_bool(text: str) -> bool:
+  lowered = str(text).lower()
+  if lowered in ("1", "true", "yes", "on"):
+    return True
+  if lowered in ("0", "false", "no", "off"):
+    return False
+  raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+  """Adds one --flag per TrainingConfig field (default None: "not given")."""
+  group = parser.add_argument_group("training (dp_fl.training.TrainingConfig)")
+  for field in dataclasses.fields(config_lib.TrainingConfig):
+    if field.name in _NOT_FLAGS:
+      continue
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    kwargs: dict[str, Any] = {"default": None, "help": _HELP.get(field.name, "")}
+    if "bool" in kind:
+      kwargs.update(type=_parse_bool, nargs="?", const=True, metavar="BOOL")
+    elif "float" in kind:
+      kwargs["type"] = float
+    elif "int" in kind:
+      kwargs["type"] = int
+    if field.name == "mechanism":
+      kwargs["choices"] = config_lib.MECHANISMS
+    elif field.name == "participation":
+      kwargs["choices"] = config_lib.PARTICIPATIONS
+    elif field.name == "on_nonfinite":
+      kwargs["choices"] = config_lib.ON_NONFINITE
+    group.add_argument(f"--{field.name}", **kwargs)
+
+
+def given(args: argparse.Namespace) -> dict[str, Any]:
+  """The training flags the user gave (those not None)."""
+  names = {f.name for f in dataclasses.fields(config_lib.TrainingConfig)}
+  return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def training_config(args: argparse.Namespace, *, task: str,
+                    defaults: Optional[Mapping[str, Any]] = None,
+                    preset: Optional[Mapping[str, Any]] = None) -> config_lib.TrainingConfig:
+  """TrainingConfig from config defaults < task defaults < preset < given flags."""
+  values: dict[str, Any] = dict(defaults or {})
+  values.update(preset or {})
+  values.update(given(args))
+  values["task"] = task
+  missing = [k for k in ("root_dir", "rounds", "clients_per_round") if k not in values]
+  if missing:
+    raise ValueError(f"{', '.join('--' + k for k in missing)} required.")
+  return config_lib.TrainingConfig(**values)

@@ -1,0 +1,239 @@
+"""The typed, validated configuration of one training run, saved with the run.
+
+Binaries read flags only in `main` and turn them into a `TrainingConfig`; everything below
+`main` takes the config. The config is saved as `config.json` in the run directory; a resumed
+run must have the same task and the same privacy-relevant fields (`PRIVACY_FIELDS`), or it is
+refused: changing the mechanism, the noise, the clip norm, the cohort size or the seed halfway
+through would make the privacy report of the run meaningless.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Optional
+
+from dp_fl import _checks
+
+MECHANISMS = ("blt", "bandmf", "tree", "dpsgd", "dpfedavg", "none")
+"""`--mechanism`: DP-FTRL with BLT / BandMF / online TreeAgg / C = I (paper 004, Alg. 1),
+DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy."""
+
+PARTICIPATIONS = ("device_timer", "min_sep_rounds", "poisson", "balls_in_bins", "uniform",
+                  "cyclic")
+"""`--participation`: the scheduler that picks each round's clients (dp_fl.participation)."""
+
+ON_NONFINITE = ("stop", "discard")
+"""What a round with a non-finite training loss does: stop the run, or discard the round."""
+
+# Fields whose change would alter the privacy guarantee of a resumed run.
+PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
+                  "seed", "participation", "min_sep", "max_participations", "blt_buffers",
+                  "bandmf_bands", "mechanism_params", "population_sampling_rate", "delta")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """Everything a training run depends on. Validated at construction.
+
+  Attributes:
+    task: the task's name (a run directory belongs to one task).
+    root_dir: run directory (checkpoints, metrics, privacy reports, config).
+    rounds: n, training rounds.
+    clients_per_round: m, the report goal (fixed denominator of DP-FTRL; expected cohort for
+      Poisson sampling).
+    mechanism: one of MECHANISMS.
+    noise_multiplier: σ (noise std / clip norm); for DP-FedAvg the z of paper 001.
+    clip_norm: ζ, L2 clip norm of each client update.
+    seed: the run's seed: model init, scheduler, noise and data order derive from it.
+    min_sep: b the mechanism is optimized for and the round-based scheduler enforces.
+    max_participations: k the mechanism is optimized for (None: ⌈n/b⌉).
+    blt_buffers: d for BLT.
+    bandmf_bands: BandMF bands (None: min(b, n)).
+    mechanism_params: optional JSON file with the mechanism's parameters (scripts/mechanism).
+    participation: one of PARTICIPATIONS.
+    timer_hours: device timer T (device_timer).
+    round_hours: simulated duration of a round (device_timer).
+    availability: "always" or "diurnal" (device_timer).
+    population_sampling_rate: q for Poisson sampling (None: clients_per_round / population).
+    client_learning_rate, client_epochs: local SGD.
+    server_learning_rate, server_momentum: server SGD with momentum (paper 004: 0.9).
+    cooldown_rounds: the server learning rate decays linearly to
+      `cooldown_final_fraction` × lr over the last `cooldown_rounds` rounds.
+    cooldown_final_fraction: see above.
+    eval_every: evaluate every E rounds (and at the end).
+    checkpoint_every: checkpoint every K rounds (and on SIGTERM/SIGINT and at the end).
+    keep_checkpoints: how many recent checkpoints to keep.
+    delta: δ of the privacy report.
+    target_epsilon: stop before the round that would exceed it (None: no budget).
+    on_nonfinite: one of ON_NONFINITE.
+    jit_compile: compile the client training step with XLA.
+  """
+  task: str
+  root_dir: str
+  rounds: int
+  clients_per_round: int
+  mechanism: str = "blt"
+  noise_multiplier: float = 1.0
+  clip_norm: float = 1.0
+  seed: int = 0
+  min_sep: int = 1
+  max_participations: Optional[int] = None
+  blt_buffers: int = 4
+  bandmf_bands: Optional[int] = None
+  mechanism_params: Optional[str] = None
+  participation: str = "device_timer"
+  timer_hours: float = 24.0
+  round_hours: float = 1.0
+  availability: str = "always"
+  population_sampling_rate: Optional[float] = None
+  client_learning_rate: float = 0.5
+  client_epochs: int = 1
+  server_learning_rate: float = 1.0
+  server_momentum: float = 0.9
+  cooldown_rounds: int = 0
+  cooldown_final_fraction: float = 0.1
+  eval_every: int = 10
+  checkpoint_every: int = 10
+  keep_checkpoints: int = 3
+  delta: float = 1e-6
+  target_epsilon: Optional[float] = None
+  on_nonfinite: str = "stop"
+  jit_compile: bool = False
+
+  def __post_init__(self):
+    if not isinstance(self.task, str) or not self.task:
+      raise ValueError(f"`task` must be a non-empty string; got {self.task!r}.")
+    if not isinstance(self.root_dir, str) or not self.root_dir:
+      raise ValueError(f"`root_dir` must be a non-empty path; got {self.root_dir!r}.")
+    for name in ("rounds", "clients_per_round", "min_sep", "blt_buffers", "client_epochs",
+                 "eval_every", "checkpoint_every", "keep_checkpoints"):
+      _checks.check_positive_int(name, getattr(self, name))
+    for name in ("seed", "cooldown_rounds"):
+      _checks.check_nonnegative_int(name, getattr(self, name))
+    for name in ("max_participations", "bandmf_bands"):
+      if getattr(self, name) is not None:
+        _checks.check_positive_int(name, getattr(self, name))
+    _one_of("mechanism", self.mechanism, MECHANISMS)
+    _one_of("participation", self.participation, PARTICIPATIONS)
+    _one_of("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
+    _one_of("availability", self.availability, ("always", "diurnal"))
+    _checks.check_positive("clip_norm", self.clip_norm)
+    _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
+    if self.mechanism not in ("none",) and self.noise_multiplier == 0:
+      raise ValueError(
+          f"`noise_multiplier` must be > 0 for --mechanism={self.mechanism} (σ = 0 gives no "
+          "privacy); use --mechanism=none for non-private training.")
+    for name in ("timer_hours", "round_hours", "client_learning_rate", "server_learning_rate"):
+      _checks.check_positive(name, getattr(self, name))
+    if not 0 <= self.server_momentum < 1:
+      raise ValueError(f"`server_momentum` must be in [0, 1); got {self.server_momentum!r}.")
+    if not 0 < self.cooldown_final_fraction <= 1:
+      raise ValueError("`cooldown_final_fraction` must be in (0, 1]; got "
+                       f"{self.cooldown_final_fraction!r}.")
+    if self.cooldown_rounds > self.rounds:
+      raise ValueError(f"`cooldown_rounds`={self.cooldown_rounds} exceeds `rounds`="
+                       f"{self.rounds}; use at most the number of rounds.")
+    _checks.check_open_unit("delta", self.delta)
+    if self.target_epsilon is not None:
+      _checks.check_positive("target_epsilon", self.target_epsilon)
+    if self.population_sampling_rate is not None:
+      _checks.check_half_open_unit("population_sampling_rate", self.population_sampling_rate)
+    if not isinstance(self.jit_compile, bool):
+      raise ValueError(f"`jit_compile` must be a bool; got {self.jit_compile!r}.")
+    if self.mechanism == "dpfedavg" and self.participation != "poisson":
+      raise ValueError(
+          "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "
+          f"needs --participation=poisson, got {self.participation!r}. For a fixed cohort "
+          "use --mechanism=dpsgd.")
+    if self.mechanism in ("blt", "bandmf", "tree", "dpsgd") and self.participation == "poisson":
+      raise ValueError(
+          f"`mechanism`={self.mechanism!r} is DP-FTRL with a fixed denominator; Poisson "
+          "sampling gives variable cohorts and its privacy needs amplification accounting "
+          "that min-sep DP-FTRL does not use. Use --mechanism=dpfedavg with Poisson, or a "
+          "min-sep/device-timer participation.")
+
+  # -- serialization -------------------------------------------------------------------
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any]) -> "TrainingConfig":
+    if not isinstance(data, Mapping):
+      raise ValueError(f"A training config must be a JSON object; got {type(data).__name__}.")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+      raise ValueError(f"Unknown training config fields {unknown}; known: {sorted(fields)}.")
+    return cls(**dict(data))
+
+  def replace(self, **changes: Any) -> "TrainingConfig":
+    return dataclasses.replace(self, **changes)
+
+  # -- derived -------------------------------------------------------------------------
+
+  @property
+  def is_private(self) -> bool:
+    return self.mechanism != "none"
+
+  def server_learning_rate_at(self, round_index: int) -> float:
+    """Server lr of round t (0-based): constant, then a linear cooldown (paper 004, ref. [8])."""
+    start = self.rounds - self.cooldown_rounds
+    if self.cooldown_rounds == 0 or round_index < start:
+      return self.server_learning_rate
+    progress = (round_index - start + 1) / self.cooldown_rounds
+    return self.server_learning_rate * (1.0 - (1.0 - self.cooldown_final_fraction) * progress)
+
+
+def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+  if value not in allowed:
+    raise ValueError(f"`{name}` must be one of {allowed}; got {value!r}.")
+
+
+CONFIG_FILE = "config.json"
+
+
+def privacy_differences(saved: TrainingConfig, new: TrainingConfig) -> list[str]:
+  """The privacy-relevant fields that differ, as 'field: saved -> new' lines."""
+  return [f"{name}: {getattr(saved, name)!r} -> {getattr(new, name)!r}"
+          for name in PRIVACY_FIELDS if getattr(saved, name) != getattr(new, name)]
+
+
+def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
+  """Writes `config.json` in a new run directory, or checks it against a saved one.
+
+  Returns the saved config when the directory already held one (a resumed run), else None.
+  Raises ValueError if the directory belongs to another task or the privacy-relevant fields
+  changed; the other fields (e.g. more rounds, another eval cadence) may change on resume and
+  the new config is saved.
+  """
+  path = os.path.join(config.root_dir, CONFIG_FILE)
+  saved = None
+  if os.path.exists(path):
+    try:
+      with open(path, encoding="utf-8") as f:
+        saved = TrainingConfig.from_dict(json.load(f))
+    except (OSError, ValueError) as e:
+      raise ValueError(
+          f"`root_dir` {config.root_dir!r} holds an unreadable {CONFIG_FILE} ({e}); it is not "
+          "a dp_fl run directory of this version. Use another --root_dir.") from e
+    if saved.task != config.task:
+      raise ValueError(
+          f"`root_dir` {config.root_dir!r} belongs to a run of task {saved.task!r}, not "
+          f"{config.task!r}; use another --root_dir.")
+    changed = privacy_differences(saved, config)
+    if changed:
+      raise ValueError(
+          f"Refusing to resume the run in {config.root_dir!r}: these settings change its "
+          f"privacy guarantee: {'; '.join(changed)}. Resume with the saved settings, or start "
+          "a new run in another --root_dir.")
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(config.to_json())
+  os.replace(tmp, path)
+  return saved

@@ -1,0 +1,424 @@
+"""The training program: one loop for every task (paper 004, Alg. 1; paper 001, Alg. 1).
+
+    result = program.run(task, config)
+
+Each round: the participation scheduler picks the clients (and the ledger records them), the
+TFF learning process broadcasts the model, every client runs local SGD and sends its model
+delta, the aggregator clips, sums and adds the round's noise (DP-FTRL: the row of ζσ C⁻¹ Z
+from the mechanism's streaming state; DP-FedAvg: independent Gaussian noise), and the server
+applies SGD with momentum (learning-rate cooldown at the end). Then metrics are written, and
+every `eval_every` rounds the global model is evaluated and the privacy report (from the
+realized participation) is refreshed; every `checkpoint_every` rounds, on SIGTERM/SIGINT and
+at the end a checkpoint holds everything the next rounds depend on.
+
+Runs are deterministic given the config: the model is initialized from the run's seed, the
+noise is a function of (seed, round) and the aggregator state, the scheduler draws from its
+own seeded streams, and client datasets must be deterministic. A run killed at any point and
+resumed from its latest checkpoint ends with the same model, bitwise, as an uninterrupted one
+(`tests/training/program_test.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+import numpy as np
+
+from dp_fl.mechanisms import catalog
+from dp_fl.participation import availability as availability_lib
+from dp_fl.participation import base as participation_base
+from dp_fl.participation import device_timer
+from dp_fl.participation import sampling
+from dp_fl.participation import tff_adapter
+from dp_fl.training import checkpoints as checkpoints_lib
+from dp_fl.training import config as config_lib
+from dp_fl.training import outputs as outputs_lib
+from dp_fl.training import privacy as privacy_lib
+from dp_fl.training import task as task_lib
+
+MECHANISM_FILE = "mechanism.json"
+MAX_CONSECUTIVE_DISCARDS = 5
+DPFTRL_MECHANISMS = ("blt", "bandmf", "tree", "dpsgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """How a call to `run` ended."""
+  rounds_completed: int
+  stopped: str  # "completed", "paused", "target_epsilon", "signal", "nonfinite"
+  eval_metrics: dict[str, float]
+  epsilon: Optional[float]
+  delta: float
+  privacy_report: Optional[Any]
+  resumed_from: Optional[int]
+  seconds: float
+  message: str = ""
+
+
+class _StopFlag:
+  """Set by SIGTERM/SIGINT: finish the round, checkpoint, exit. A second signal kills."""
+
+  def __init__(self):
+    self.signum: Optional[int] = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):  # pylint: disable=unused-argument
+    if self.signum is not None:
+      signal.signal(signum, signal.SIG_DFL)
+      raise KeyboardInterrupt
+    self.signum = signum
+
+  def __enter__(self):
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._previous[signum] = signal.signal(signum, self._handle)
+      except ValueError:  # Not the main thread: signals stay with their owner.
+        pass
+    return self
+
+  def __exit__(self, *exc):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+
+# ---------------------------------------------------------------------------------------
+# Building blocks (each a function of the config, so tests and tools can reuse them).
+
+
+def check_root_dir(root_dir: str) -> None:
+  """Creates the run directory and proves it writable, before anything expensive."""
+  try:
+    os.makedirs(root_dir, exist_ok=True)
+    probe = os.path.join(root_dir, f".write-probe-{os.getpid()}")
+    with open(probe, "w", encoding="utf-8") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(f"`root_dir` {root_dir!r} is not a writable directory ({e}); choose a "
+                     "directory you can write to.") from e
+
+
+def build_mechanism(config: config_lib.TrainingConfig) -> Optional[catalog.Mechanism]:
+  """The DP-FTRL mechanism of the run: loaded from the run directory when resuming (so a
+  resumed run uses exactly the same C), else from `mechanism_params`, else optimized for
+  (rounds, min_sep, max_participations) and saved to the run directory."""
+  if config.mechanism not in DPFTRL_MECHANISMS:
+    return None
+  saved = os.path.join(config.root_dir, MECHANISM_FILE)
+  source = saved if os.path.exists(saved) else config.mechanism_params
+  if source:
+    try:
+      with open(source, encoding="utf-8") as f:
+        mechanism = catalog.from_dict(json.load(f))
+    except (OSError, json.JSONDecodeError) as e:
+      raise ValueError(f"Mechanism parameters {source!r} are not a readable JSON file ({e}).")
+    if mechanism.name != config.mechanism and not (
+        config.mechanism == "tree" and mechanism.name == "tree"):
+      raise ValueError(f"Mechanism parameters {source!r} hold a {mechanism.name!r} mechanism, "
+                       f"but --mechanism={config.mechanism}.")
+  else:
+    mechanism = catalog.build(
+        config.mechanism, rounds=config.rounds, min_sep=config.min_sep,
+        max_participations=config.max_participations, buffers=config.blt_buffers,
+        bands=config.bandmf_bands, optimize_for="max" if config.mechanism == "blt" else "rms",
+        seed=config.seed).mechanism
+  mechanism.check_rounds(config.rounds)
+  tmp = saved + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(mechanism.to_dict(), f, indent=1)
+  os.replace(tmp, saved)
+  return mechanism
+
+
+def build_scheduler(config: config_lib.TrainingConfig,
+                    num_clients: int) -> participation_base.Scheduler:
+  """The participation scheduler of `config.participation` over `num_clients` clients."""
+  m, n, seed = config.clients_per_round, config.rounds, config.seed
+  if config.participation in ("device_timer", "min_sep_rounds"):
+    if config.availability == "always":
+      availability = availability_lib.AlwaysAvailable()
+    else:
+      offsets = np.random.default_rng([seed, 7]).uniform(-3.0, 3.0, num_clients)
+      availability = availability_lib.DiurnalAvailability(offsets)
+    timer = ({"min_separation_hours": config.timer_hours}
+             if config.participation == "device_timer"
+             else {"min_separation_rounds": config.min_sep})
+    return device_timer.DeviceTimerScheduler(
+        num_clients, m, n, seed, availability=availability,
+        round_duration_hours=config.round_hours, **timer)
+  if config.participation == "poisson":
+    q = config.population_sampling_rate or m / num_clients
+    return sampling.PoissonScheduler(num_clients, q, seed)
+  if config.participation == "balls_in_bins":
+    return sampling.BallsInBinsScheduler(num_clients, max(1, num_clients // m), seed,
+                                         fixed_size=m)
+  if config.participation == "uniform":
+    return sampling.UniformScheduler(num_clients, m, seed)
+  return sampling.CyclicScheduler(num_clients, m, seed)
+
+
+def _server_optimizer(config: config_lib.TrainingConfig):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  optimizer = tff.learning.optimizers.build_sgdm(
+      learning_rate=config.server_learning_rate,
+      momentum=config.server_momentum if config.server_momentum > 0 else None)
+  if config.cooldown_rounds == 0:
+    return optimizer
+  start = float(config.rounds - config.cooldown_rounds)
+  cooldown = float(config.cooldown_rounds)
+  drop = 1.0 - config.cooldown_final_fraction
+  base = config.server_learning_rate
+
+  def schedule(round_num):
+    t = tf.cast(round_num, tf.float32)
+    progress = tf.clip_by_value((t - start + 1.0) / cooldown, 0.0, 1.0)
+    return base * (1.0 - drop * progress)
+
+  return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)
+
+
+def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int):
+  """The model aggregator of the run's mechanism (dp_fl.aggregators)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  if config.mechanism == "none":
+    return tff.aggregators.UnweightedMeanFactory()
+  if config.mechanism == "dpfedavg":
+    from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
+    q = config.population_sampling_rate or config.clients_per_round / num_clients
+    return dp_fedavg.DPFedAvgFactory(
+        clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
+        sampling_probability=q, total_weight=float(num_clients), seed=config.seed)
+  from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
+  return dp_ftrl.DPFTRLFactory.from_mechanism(
+      mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
+      clients_per_round=config.clients_per_round, rounds=config.rounds, seed=config.seed)
+
+
+def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
+                           aggregator: Any):
+  """FedAvg with the run's aggregator, client SGD and server SGD with momentum."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import client_work  # pylint: disable=g-import-not-at-top
+  element_spec = task.train_data.create_tf_dataset_for_client(
+      task.train_data.client_ids[0]).element_spec
+  model_fn = client_work.model_fn(task, element_spec, config.jit_compile)
+  client_optimizer = tff.learning.optimizers.build_sgdm(
+      learning_rate=config.client_learning_rate)
+  if config.mechanism == "dpfedavg":
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=client_optimizer,
+        server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator)
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, client_optimizer_fn=client_optimizer,
+      server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator)
+
+
+def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
+  """Task metrics of the global model on the held-out data."""
+  keras_model = task.keras_model_fn()
+  keras_model.compile(loss=task.loss_fn(), metrics=task.metrics_fn())
+  model_weights.assign_weights_to(keras_model)
+  results = keras_model.evaluate(task.eval_dataset_fn(), verbose=0, return_dict=True)
+  return {k: float(v) for k, v in results.items()}
+
+
+def _nonfinite_problem(metrics: dict[str, Any], weights: Any, num_clients: int) -> str:
+  """Why a round's result must not be used ('' when it is fine).
+
+  TFF's client work already zeroes the update (and drops the metrics) of a client whose local
+  loss became non-finite, and the DP aggregators zero non-finite updates; what is left to
+  catch is a non-finite reported loss, a round in which *every* client diverged, a server
+  update TFF refused as non-finite, and a non-finite model.
+  """
+  loss = metrics.get("client_work/train/loss", 0.0)
+  if not math.isfinite(loss):
+    return f"non-finite training loss ({loss})"
+  if num_clients and metrics.get("client_work/train/num_batches", 1) == 0:
+    return "non-finite loss on every client (TFF dropped all their updates)"
+  if metrics.get("finalizer/update_non_finite", 0):
+    return "non-finite server update"
+  if not all(np.all(np.isfinite(w)) for w in weights.trainable):
+    return "non-finite model weights"
+  return ""
+
+
+# ---------------------------------------------------------------------------------------
+# The loop.
+
+
+def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
+        progress_stream: TextIO = sys.stdout, max_rounds_this_call: Optional[int] = None
+        ) -> RunResult:
+  """Trains `task` as `config` says, resuming from the latest checkpoint in `root_dir`.
+
+  Args:
+    task: the task (data, model, metrics).
+    config: the run's validated configuration.
+    progress_stream: where progress lines go.
+    max_rounds_this_call: stop (with a checkpoint) after this many rounds in this call —
+      for tests and for chunked jobs; None runs to `config.rounds`.
+
+  Returns:
+    A `RunResult`. Must be called inside `dp_fl.runtime.execution_context()`.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  started = time.perf_counter()
+  if task.name != config.task:
+    raise ValueError(f"`config.task` is {config.task!r} but the task is {task.name!r}.")
+  check_root_dir(config.root_dir)
+  config_lib.save_or_check(config)
+  num_clients = len(task.train_data.client_ids)
+  if num_clients < config.clients_per_round and config.participation != "poisson":
+    raise ValueError(f"`clients_per_round`={config.clients_per_round} exceeds the "
+                     f"{num_clients} training clients of task {task.name!r}.")
+  mechanism = build_mechanism(config)
+  aggregator = build_aggregator(config, mechanism, num_clients)
+  scheduler = build_scheduler(config, num_clients)
+  tracker = privacy_lib.PrivacyTracker(
+      config.mechanism, mechanism, config.noise_multiplier, config.clip_norm,
+      config.clients_per_round, config.delta, population=num_clients)
+
+  tf.keras.utils.set_random_seed(config.seed)
+  process = build_learning_process(task, config, aggregator)
+  state = process.initialize()
+  template = state
+  manager = checkpoints_lib.CheckpointManager(
+      os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
+  restored = manager.restore_latest()
+  rounds_done, discarded, resumed_from = 0, 0, None
+  participation = tff_adapter.TffParticipation(scheduler, task.train_data)
+  if restored is not None:
+    flat_template = tf.nest.flatten(template)
+    if len(flat_template) != len(restored.arrays) or any(
+        np.shape(a) != np.shape(b) for a, b in zip(flat_template, restored.arrays)):
+      raise ValueError(f"The checkpoint {restored.path} does not fit this task's model and "
+                       "aggregator; it belongs to another configuration.")
+    state = tf.nest.pack_sequence_as(template, restored.arrays)
+    participation = tff_adapter.TffParticipation.restore(restored.blobs["scheduler"],
+                                                         task.train_data)
+    rounds_done = restored.round
+    discarded = int(restored.meta.get("discarded_rounds", 0))
+    resumed_from = rounds_done
+  outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
+  meter = outputs_lib.ProgressMeter(rounds_done, config.rounds)
+  if resumed_from is not None:
+    outputs.progress(f"resumed from the checkpoint after round {resumed_from}")
+
+  def save_checkpoint() -> dict[str, float]:
+    return manager.save(rounds_done, tf.nest.flatten(state),
+                        {"scheduler": participation.state()},
+                        {"discarded_rounds": discarded, "task": task.name})
+
+  def refresh_privacy():
+    report = tracker.report(participation.scheduler.realized())
+    if report is not None:
+      outputs.privacy(rounds_done, report)
+    return report
+
+  stopped, message = "completed", ""
+  eval_metrics: dict[str, float] = {}
+  last_progress = 0.0
+  last_checkpoint = rounds_done
+  consecutive_discards = 0
+  with _StopFlag() as stop:
+    while rounds_done < config.rounds:
+      if max_rounds_this_call is not None and rounds_done - (resumed_from or 0) >= (
+          max_rounds_this_call):
+        stopped, message = "paused", f"paused after {max_rounds_this_call} rounds"
+        break
+      snapshot = participation.state() if config.target_epsilon is not None else None
+      selection = participation.next_round()
+      if snapshot is not None:
+        eps_next = tracker.epsilon(participation.scheduler.realized())
+        if eps_next > config.target_epsilon:
+          participation = tff_adapter.TffParticipation.restore(snapshot, task.train_data)
+          stopped = "target_epsilon"
+          message = (f"stopped before round {rounds_done + 1}: it would raise ε to "
+                     f"{eps_next:.4g} > target {config.target_epsilon:g}")
+          break
+      datasets = [ds.repeat(config.client_epochs) if config.client_epochs > 1 else ds
+                  for ds in selection.datasets]
+      output = process.next(state, datasets)
+      metrics = outputs_lib.flatten_metrics(output.metrics)
+      new_weights = process.get_model_weights(output.state)
+      problem = _nonfinite_problem(metrics, new_weights, len(selection.client_ids))
+      if problem:
+        if config.on_nonfinite == "stop":
+          stopped = "nonfinite"
+          message = (f"round {rounds_done + 1}: {problem}; stopped without applying it (the "
+                     "last checkpoint is intact). Lower the learning rates or use "
+                     "--on_nonfinite=discard.")
+          break
+        discarded += 1
+        consecutive_discards += 1
+        outputs.progress(f"round {rounds_done + 1}: {problem}; round discarded")
+        if consecutive_discards >= MAX_CONSECUTIVE_DISCARDS:
+          stopped = "nonfinite"
+          message = (f"{consecutive_discards} consecutive rounds had a non-finite loss; "
+                     "stopped. Lower the learning rates or the clip norm.")
+          break
+        continue
+      consecutive_discards = 0
+      state = output.state
+      if task.project_weights is not None:
+        projected = task.project_weights([np.asarray(w) for w in new_weights.trainable])
+        state = process.set_model_weights(
+            state, type(new_weights)(trainable=projected,
+                                     non_trainable=new_weights.non_trainable))
+      rounds_done += 1
+      metrics.update(clients=len(selection.client_ids),
+                     shortfall=selection.selection.shortfall,
+                     discarded_rounds=discarded,
+                     server_learning_rate=config.server_learning_rate_at(rounds_done - 1))
+      outputs.train(rounds_done, metrics)
+      is_last = rounds_done == config.rounds
+      if rounds_done % config.eval_every == 0 or is_last:
+        eval_metrics = evaluate(task, process.get_model_weights(state))
+        outputs.evaluation(rounds_done, eval_metrics)
+        report = refresh_privacy()
+        eps = None if report is None else report.epsilon
+        outputs.progress(meter.line(rounds_done, eps, "eval " + ", ".join(
+            f"{k} {v:.4f}" for k, v in eval_metrics.items())))
+        last_progress = time.perf_counter()
+      elif time.perf_counter() - last_progress > 10.0:
+        outputs.progress(meter.line(
+            rounds_done, tracker.epsilon(participation.scheduler.realized())))
+        last_progress = time.perf_counter()
+      if rounds_done % config.checkpoint_every == 0 or is_last:
+        save_checkpoint()
+        last_checkpoint = rounds_done
+      if stop.signum is not None:
+        stopped = "signal"
+        message = (f"{signal.Signals(stop.signum).name} received: stopped after round "
+                   f"{rounds_done}; rerun the same command to resume")
+        break
+  if last_checkpoint != rounds_done:
+    save_checkpoint()
+  report = refresh_privacy() if rounds_done else None
+  if stopped != "completed" and stopped != "paused" and rounds_done:
+    eval_metrics = evaluate(task, process.get_model_weights(state))
+    outputs.evaluation(rounds_done, eval_metrics)
+  epsilon = None if report is None else report.epsilon
+  seconds = time.perf_counter() - started
+  outputs.summary({
+      "task": task.name, "rounds_completed": rounds_done, "stopped": stopped,
+      "message": message, "eval": eval_metrics, "baseline": dict(task.baseline_metrics),
+      "epsilon": epsilon, "delta": config.delta, "resumed_from": resumed_from,
+      "seconds_this_call": seconds, "discarded_rounds": discarded,
+      "realized_participation": dataclasses.asdict(participation.scheduler.realized()),
+  })
+  if message:
+    outputs.progress(message)
+  outputs.close()
+  return RunResult(rounds_completed=rounds_done, stopped=stopped, eval_metrics=eval_metrics,
+                   epsilon=epsilon, delta=config.delta, privacy_report=report,
+                   resumed_from=resumed_from, seconds=seconds, message=message)

@@ -1,0 +1,57 @@
+"""What a task gives the training program: data, model and metrics.
+
+One training program (`dp_fl.training.program`) serves every task; a task is only this
+record. Tasks live in `tasks/<name>/` and build it from their data (in the real on-disk
+format) and model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A federated learning task.
+
+  Attributes:
+    name: the task's name (saved with the run; a run directory belongs to one task).
+    train_data: the training clients: an object with `client_ids` (sequence of str) and
+      `create_tf_dataset_for_client(client_id)` returning the client's preprocessed,
+      batched `tf.data.Dataset` (e.g. a `tff.simulation.datasets.ClientData`). The datasets
+      must be deterministic (no unseeded shuffling) for runs to be reproducible.
+    eval_dataset_fn: returns the held-out evaluation data as one batched dataset.
+    keras_model_fn: builds the (uncompiled) Keras model; weights are initialized from the
+      global Keras seed, which the program sets from the run's seed.
+    loss_fn: builds the Keras loss.
+    metrics_fn: builds the list of Keras metrics reported in training and evaluation.
+    baseline_metrics: reference figures printed next to the results (e.g. the unigram
+      accuracy of a next-word-prediction task).
+    project_weights: optional server-side projection applied to the global model's
+      trainable weights after every round (e.g. unit-norm embeddings, paper 001 App. B): a
+      function from the list of numpy trainable weights to the projected list.
+    description: one line for logs and the summary.
+  """
+  name: str
+  train_data: Any
+  eval_dataset_fn: Callable[[], Any]
+  keras_model_fn: Callable[[], Any]
+  loss_fn: Callable[[], Any]
+  metrics_fn: Callable[[], list[Any]]
+  baseline_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  project_weights: Optional[Callable[[list[Any]], list[Any]]] = None
+  description: str = ""
+
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name:
+      raise ValueError(f"`name` must be a non-empty string; got {self.name!r}.")
+    data = self.train_data
+    if not (hasattr(data, "client_ids")
+            and callable(getattr(data, "create_tf_dataset_for_client", None))):
+      raise ValueError(
+          "`train_data` must provide `client_ids` and `create_tf_dataset_for_client` (a "
+          f"tff.simulation.datasets.ClientData); got {type(data).__name__}.")
+    for name in ("eval_dataset_fn", "keras_model_fn", "loss_fn", "metrics_fn"):
+      if not callable(getattr(self, name)):
+        raise ValueError(f"`{name}` must be callable; got {getattr(self, name)!r}.")

@@ -1,0 +1,115 @@
+"""Builds or loads a correlated-noise mechanism and reports its sensitivity, errors and losses.
+
+  ./bazelw run //scripts:mechanism -- --mechanism=blt --rounds=2052 --min_sep=342 \
+      --max_participations=6 --buffers=4 --format=json
+  .venv/bin/python -m scripts.mechanism --mechanism=bandmf --rounds=2052 --min_sep=342
+
+Evaluating a mechanism at settings other than those it was optimized for (`--eval_rounds`,
+`--eval_min_sep`, `--eval_max_participations`) is how users check robustness (paper 004,
+Figs. 3-5). `--params_out` saves the parameters as JSON; `--params_in` loads them instead of
+optimizing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Optional, Sequence
+
+from dp_fl.mechanisms import catalog
+
+def run(mechanism: str, rounds: int, min_sep: int, max_participations: Optional[int],
+        buffers: int, bands: Optional[int], optimize_for: str, seed: int,
+        params_in: Optional[str], params_out: Optional[str], eval_rounds: Optional[int],
+        eval_min_sep: Optional[int], eval_max_participations: Optional[int]) -> dict[str, Any]:
+  """Builds or loads the mechanism, evaluates it, and returns the report as a dict."""
+  if params_in:
+    try:
+      with open(params_in) as f:
+        params = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+      raise ValueError(f"`--params_in` {params_in!r} is not a readable JSON file: {e}") from e
+    loaded = catalog.from_dict(params)
+    if loaded.name != mechanism:
+      raise ValueError(
+          f"`--params_in` {params_in!r} holds a {loaded.name!r} mechanism but "
+          f"`--mechanism` is {mechanism!r}; pass --mechanism={loaded.name} or another file.")
+    built = catalog.Built(loaded, 0.0)
+  else:
+    built = catalog.build(mechanism, rounds=rounds, min_sep=min_sep,
+                          max_participations=max_participations, buffers=buffers, bands=bands,
+                          optimize_for=optimize_for, seed=seed)
+  evaluation = catalog.evaluate(built.mechanism, rounds, min_sep, max_participations)
+  params = built.mechanism.to_dict()
+  if params_out:
+    with open(params_out, "w") as f:
+      json.dump(params, f, indent=1)
+  report = evaluation.to_dict()
+  report["optimize_seconds"] = built.optimize_seconds
+  report["notes"] = list(built.notes) + report["notes"]
+  report["params"] = params
+  if any(x is not None for x in (eval_rounds, eval_min_sep, eval_max_participations)):
+    n2 = eval_rounds if eval_rounds is not None else rounds
+    b2 = eval_min_sep if eval_min_sep is not None else min_sep
+    report["evaluation_at"] = catalog.evaluate(
+        built.mechanism, n2, b2, eval_max_participations).to_dict()
+  return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+  keys = ["mechanism", "rounds", "min_sep", "max_participations", "sensitivity",
+          "sensitivity_kind", "max_error", "rms_error", "max_loss", "rms_loss",
+          "state_model_copies", "optimize_seconds"]
+  rows = [(k, report[k]) for k in keys]
+  if "evaluation_at" in report:
+    ev = report["evaluation_at"]
+    rows.append(("evaluated at", f"n={ev['rounds']} b={ev['min_sep']} "
+                                 f"k={ev['max_participations']}"))
+    rows += [(f"  {k}", ev[k]) for k in ("sensitivity", "max_loss", "rms_loss")]
+  width = max(len(k) for k, _ in rows)
+  lines = [f"{k:<{width}}  {v:.6g}" if isinstance(v, float) else f"{k:<{width}}  {v}"
+           for k, v in rows]
+  lines += [f"note: {n}" for n in report["notes"]]
+  return "\n".join(lines)
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--mechanism", required=True, choices=catalog.MECHANISMS)
+  parser.add_argument("--rounds", type=int, required=True,
+                      help="n: rounds to build/optimize for")
+  parser.add_argument("--min_sep", type=int, required=True,
+                      help="b: minimum separation between participations")
+  parser.add_argument("--max_participations", type=int, default=None,
+                      help="k (default ceil(n / b))")
+  parser.add_argument("--buffers", type=int, default=4, help="d: BLT buffers")
+  parser.add_argument("--bands", type=int, default=None, help="BandMF bands (default min(b, n))")
+  parser.add_argument("--optimize_for", choices=("max", "rms"), default="max",
+                      help="loss the BLT is optimized for (BandMF: always rms)")
+  parser.add_argument("--seed", type=int, default=0, help="seed of the optimizer's starts")
+  parser.add_argument("--params_in", default=None, help="load mechanism parameters (JSON)")
+  parser.add_argument("--params_out", default=None, help="save mechanism parameters (JSON)")
+  parser.add_argument("--eval_rounds", type=int, default=None, help="also evaluate at n2")
+  parser.add_argument("--eval_min_sep", type=int, default=None, help="... at min-sep b2")
+  parser.add_argument("--eval_max_participations", type=int, default=None, help="... with k2")
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = parse_args(argv)
+  try:
+    report = run(args.mechanism, args.rounds, args.min_sep, args.max_participations,
+                 args.buffers, args.bands, args.optimize_for, args.seed, args.params_in,
+                 args.params_out, args.eval_rounds, args.eval_min_sep,
+                 args.eval_max_participations)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(json.dumps(report, indent=2) if args.format == "json" else format_table(report))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

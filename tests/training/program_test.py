@@ -1,0 +1,199 @@
+"""The training program end to end on the toy task: resume, signals, outputs, privacy, errors."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from dp_fl import runtime
+from dp_fl.training import checkpoints as checkpoints_lib
+from dp_fl.training import outputs as outputs_lib
+from dp_fl.training import program
+from tests.training import toy_program
+from tests.training import toy_task
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tff_execution_context():
+  with runtime.execution_context():
+    yield
+
+
+def _start(root_dir, rounds, mechanism, *extra):
+  env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.Popen(
+      [sys.executable, "-m", "tests.training.toy_program", str(root_dir), str(rounds),
+       mechanism, *extra], cwd=_ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+
+
+def _rows(root_dir) -> int:
+  path = os.path.join(root_dir, "metrics", "train.csv")
+  if not os.path.exists(path):
+    return 0
+  return len(outputs_lib.read_csv(path))
+
+
+def _wait_for_rows(proc, root_dir, rows, timeout=240.0):
+  deadline = time.monotonic() + timeout
+  while _rows(root_dir) < rows:
+    if proc.poll() is not None:
+      raise AssertionError(f"the program ended early:\n{proc.stderr.read()[-3000:]}")
+    if time.monotonic() > deadline:
+      proc.kill()
+      raise AssertionError("the program made no progress")
+    time.sleep(0.05)
+
+
+def _final_arrays(root_dir):
+  restored = checkpoints_lib.CheckpointManager(os.path.join(root_dir, "checkpoints")
+                                               ).restore_latest()
+  return restored
+
+
+def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path):
+  rounds = 10
+  uninterrupted = tmp_path / "uninterrupted"
+  result = program.run(toy_task.make_task(), toy_program.toy_config(str(uninterrupted), rounds,
+                                                                     "blt"))
+  assert result.rounds_completed == rounds and result.stopped == "completed"
+
+  killed = tmp_path / "killed"
+  kill_after = int(np.random.default_rng(2026).integers(2, rounds - 2))  # A "random" round.
+  proc = _start(killed, rounds, "blt")
+  _wait_for_rows(proc, killed, kill_after)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait(timeout=60)
+  assert proc.returncode == -signal.SIGKILL
+  assert _rows(killed) < rounds
+  resumed = program.run(toy_task.make_task(), toy_program.toy_config(str(killed), rounds,
+                                                                      "blt"))
+  assert resumed.resumed_from is not None and resumed.rounds_completed == rounds
+
+  a, b = _final_arrays(uninterrupted), _final_arrays(killed)
+  assert a.round == b.round == rounds
+  assert len(a.arrays) == len(b.arrays)
+  for x, y in zip(a.arrays, b.arrays):  # Model, optimizer, aggregator (noise) state.
+    assert x.dtype == y.dtype and np.array_equal(x, y)
+  assert a.blobs["scheduler"] == b.blobs["scheduler"]  # Scheduler and ledger.
+  rows = outputs_lib.read_csv(os.path.join(killed, "metrics", "train.csv"))
+  assert [int(r["round"]) for r in rows] == list(range(1, rounds + 1))
+
+
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+  proc = _start(tmp_path, 200, "dpsgd", "--checkpoint_every=50")
+  _wait_for_rows(proc, tmp_path, 2)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  summary = json.loads(out.strip().splitlines()[-1])
+  assert summary["stopped"] == "signal"
+  done = summary["rounds_completed"]
+  assert 2 <= done < 200
+  latest = _final_arrays(tmp_path)
+  assert latest.round == done  # Checkpointed at the round it stopped after.
+  assert "SIGTERM received" in out
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  root = tmp_path_factory.mktemp("run")
+  config = toy_program.toy_config(str(root), 8, "blt", eval_every=4)
+  result = program.run(toy_task.make_task(), config)
+  return root, config, result
+
+
+def test_metrics_csv_and_tensorboard(finished_run):
+  root, _, result = finished_run
+  train = outputs_lib.read_csv(os.path.join(root, "metrics", "train.csv"))
+  assert [int(r["round"]) for r in train] == list(range(1, 9))
+  assert {"client_work/train/loss", "aggregator/noise_stddev", "clients"} <= set(train[0])
+  evals = outputs_lib.read_csv(os.path.join(root, "metrics", "eval.csv"))
+  assert [int(r["round"]) for r in evals] == [4, 8]
+  assert float(evals[-1]["accuracy"]) == pytest.approx(result.eval_metrics["accuracy"])
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tags = set()
+  for path in glob.glob(os.path.join(root, "tensorboard", "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(v.tag for v in event.summary.value)
+  assert {"train/client_work/train/loss", "eval/accuracy", "eval/loss", "privacy/epsilon",
+          "privacy/rho"} <= tags
+
+
+def test_privacy_report_uses_the_realized_ledger_and_matches_the_cli(finished_run):
+  root, config, result = finished_run
+  with open(os.path.join(root, "privacy_report.json")) as f:
+    report = json.load(f)
+  with open(os.path.join(root, "summary.json")) as f:
+    realized = json.load(f)["realized_participation"]
+  participation = report["participation"]
+  assert participation["source"] == "realized"
+  assert participation["rounds"] == 8
+  assert participation["max_participations"] == realized["max_participations"]
+  assert participation["min_sep"] == (realized["min_separation"] or 8)
+  assert participation["min_sep"] >= config.min_sep  # The scheduler's rule held.
+  from scripts import privacy as privacy_cli  # pylint: disable=g-import-not-at-top
+  cli = privacy_cli.matrix_mechanism(
+      "blt", os.path.join(root, program.MECHANISM_FILE), 8, participation["min_sep"],
+      participation["max_participations"], 2, config.noise_multiplier, None, config.delta, 0,
+      None)
+  assert report["epsilon"] == pytest.approx(cli["epsilon"], rel=1e-12)
+  assert result.epsilon == pytest.approx(cli["epsilon"], rel=1e-12)
+
+
+def test_target_epsilon_stops_before_the_budget_is_exceeded(tmp_path):
+  config = toy_program.toy_config(str(tmp_path), 40, "dpsgd", noise_multiplier=2.0,
+                                  target_epsilon=3.0)
+  result = program.run(toy_task.make_task(), config)
+  assert result.stopped == "target_epsilon"
+  assert 0 < result.rounds_completed < 40
+  assert result.epsilon <= 3.0
+  assert "would raise ε" in result.message
+
+
+def test_nonfinite_loss_stops_or_discards(tmp_path):
+  # One client's data is NaN; with one client per round its round has a non-finite loss
+  # (TFF drops the client's update, so the round has no finite update at all).
+  poisoned = toy_task.make_task(poison_client="client_005")
+  common = dict(participation="cyclic", clients_per_round=1)
+  stop = program.run(poisoned, toy_program.toy_config(str(tmp_path / "stop"), 24, "none",
+                                                      **common))
+  assert stop.stopped == "nonfinite" and "non-finite" in stop.message
+  assert stop.rounds_completed < 24
+  discard = program.run(poisoned, toy_program.toy_config(
+      str(tmp_path / "discard"), 24, "dpsgd", on_nonfinite="discard", **common))
+  assert discard.stopped == "completed" and discard.rounds_completed == 24
+  with open(os.path.join(tmp_path / "discard", "summary.json")) as f:
+    assert json.load(f)["discarded_rounds"] == 1
+
+
+def test_bad_root_dirs_and_privacy_changes_fail_before_training(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("not a directory")
+  with pytest.raises(ValueError, match="not a writable directory"):
+    program.run(toy_task.make_task(), toy_program.toy_config(str(blocker / "run"), 2, "dpsgd"))
+  root = tmp_path / "run"
+  program.run(toy_task.make_task(), toy_program.toy_config(str(root), 2, "dpsgd"))
+  with pytest.raises(ValueError, match="belongs to a run of task 'toy'"):
+    program.run(toy_task.make_task("other"),
+                toy_program.toy_config(str(root), 2, "dpsgd", task="other"))
+  with pytest.raises(ValueError, match="noise_multiplier: 0.5 -> 0.6"):
+    program.run(toy_task.make_task(),
+                toy_program.toy_config(str(root), 4, "dpsgd", noise_multiplier=0.6))
+  # Non-privacy fields may change on resume: more rounds continue the run.
+  more = program.run(toy_task.make_task(), toy_program.toy_config(str(root), 4, "dpsgd"))
+  assert more.resumed_from == 2 and more.rounds_completed == 4
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

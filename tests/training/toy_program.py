@@ -1,0 +1,51 @@
+"""Runs the toy task through the training program; used by program_test in subprocesses.
+
+  python -m tests.training.toy_program ROOT_DIR ROUNDS MECHANISM [--target_epsilon E]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dp_fl import runtime
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser()
+  parser.add_argument("root_dir")
+  parser.add_argument("rounds", type=int)
+  parser.add_argument("mechanism")
+  parser.add_argument("--checkpoint_every", type=int, default=1)
+  parser.add_argument("--target_epsilon", type=float, default=None)
+  parser.add_argument("--noise_multiplier", type=float, default=0.5)
+  args = parser.parse_args(argv)
+  runtime.configure_logging(0)
+  runtime.install_signal_handlers()
+  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  from tests.training import toy_task  # pylint: disable=g-import-not-at-top
+  config = toy_config(args.root_dir, args.rounds, args.mechanism,
+                      checkpoint_every=args.checkpoint_every,
+                      target_epsilon=args.target_epsilon,
+                      noise_multiplier=args.noise_multiplier)
+  with runtime.execution_context():
+    result = program.run(toy_task.make_task(), config)
+  print(json.dumps({"rounds_completed": result.rounds_completed, "stopped": result.stopped}),
+        flush=True)
+  return 0
+
+
+def toy_config(root_dir, rounds, mechanism, **overrides):
+  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  values = dict(task="toy", root_dir=root_dir, rounds=rounds, clients_per_round=4,
+                mechanism=mechanism, noise_multiplier=0.5, clip_norm=1.0,
+                participation="min_sep_rounds", min_sep=3, eval_every=4, checkpoint_every=1,
+                blt_buffers=2, seed=3, client_learning_rate=0.3, delta=1e-5)
+  values.update(overrides)
+  return config_lib.TrainingConfig(**values)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,60 @@
+"""A tiny deterministic task for training-program tests: 3-class softmax regression.
+
+24 clients, each with 8–24 examples of 4 features drawn around a client-specific centre; the
+label is the argmax of a fixed linear map, so a linear model learns it quickly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from dp_fl.training import task as task_lib
+
+NUM_CLIENTS = 24
+_W = np.array([[1.0, -1.0, 0.5], [0.5, 1.0, -1.0], [-1.0, 0.5, 1.0], [0.2, 0.2, 0.2]],
+              dtype=np.float32)
+
+
+def _client_arrays(index: int):
+  rng = np.random.default_rng([17, index])
+  size = 8 + (index * 5) % 17
+  x = (rng.normal(size=(size, 4)) + rng.normal(size=4)).astype(np.float32)
+  y = np.argmax(x @ _W, axis=1).astype(np.int32)
+  return x, y
+
+
+class ToyClientData:
+  """ClientData-like: client_ids and create_tf_dataset_for_client."""
+
+  def __init__(self, num_clients: int = NUM_CLIENTS, poison_client: str | None = None):
+    self.client_ids = [f"client_{i:03d}" for i in range(num_clients)]
+    self._poison = poison_client
+
+  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+    x, y = _client_arrays(int(client_id.split("_")[1]))
+    if client_id == self._poison:
+      x = np.full_like(x, np.nan)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+
+
+def _eval_dataset():
+  xs, ys = zip(*(_client_arrays(1000 + i) for i in range(8)))
+  return tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys))).batch(32)
+
+
+def _keras_model():
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                              tf.keras.layers.Dense(3)])
+
+
+def make_task(name: str = "toy", poison_client: str | None = None) -> task_lib.Task:
+  return task_lib.Task(
+      name=name,
+      train_data=ToyClientData(poison_client=poison_client),
+      eval_dataset_fn=_eval_dataset,
+      keras_model_fn=_keras_model,
+      loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics_fn=lambda: [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+      baseline_metrics={"accuracy": 1 / 3},
+      description="toy 3-class softmax regression")
