@@ -26,7 +26,9 @@ from dp_fl.mechanisms import tree
 
 ROUNDS, MIN_SEP, PARTICIPATIONS = 2052, 342, 6
 
-# (label, how to build, paper MaxLoss, paper RmsLoss).
+# (label, how to build, paper MaxLoss, paper RmsLoss). The paper's d >= 3 rows are a local
+# optimum of the BLT optimization; for them the goal is a better MaxLoss (<= 10.735).
+BETTER_THAN_PAPER_GOAL = 10.735
 ROWS = (
     ("BandMF (band=342)", {"name": "bandmf", "bands": 342}, 10.21, 8.60),
     ("TreeAgg-Full", {"name": "tree_full"}, 14.98, 12.47),
@@ -76,16 +78,23 @@ def _row(label: str, spec: dict, paper_max: float, paper_rms: float) -> dict:
                 seconds=time.perf_counter() - start,
                 reproduces=(round(result["max_loss"], 2) == paper_max and
                             round(result["rms_loss"], 2) == paper_rms))
+  if spec.get("buffers", 0) >= 3 and spec.get("k") == PARTICIPATIONS:
+    result["max_loss_goal"] = BETTER_THAN_PAPER_GOAL
+    result["meets_goal"] = result["max_loss"] <= BETTER_THAN_PAPER_GOAL
   return result
 
 
 def format_table(rows: list[dict]) -> str:
-  lines = [f"{'mechanism':<22} {'MaxLoss':>8} {'RmsLoss':>8}   {'paper':>13}  seconds",
-           "-" * 66]
+  lines = [f"{'mechanism':<22} {'MaxLoss':>8} {'RmsLoss':>8}   {'paper':>13}  seconds  "
+           "result", "-" * 80]
   for r in rows:
+    if "meets_goal" in r:
+      verdict = f"MaxLoss <= {r['max_loss_goal']}: {'yes' if r['meets_goal'] else 'NO'}"
+    else:
+      verdict = "reproduces" if r["reproduces"] else "DIFFERS"
     lines.append(f"{r['mechanism']:<22} {r['max_loss']:8.3f} {r['rms_loss']:8.3f}   "
                  f"{r['paper_max_loss']:5.2f} / {r['paper_rms_loss']:5.2f}  "
-                 f"{r['seconds']:7.2f}")
+                 f"{r['seconds']:7.2f}  {verdict}")
   return "\n".join(lines)
 
 

@@ -54,7 +54,7 @@ _HELP = {
     "delta": "δ of the privacy report",
     "target_epsilon": "stop before ε would exceed this",
     "on_nonfinite": "a round with a non-finite loss: stop or discard",
-    "jit_compile": "XLA-compile the client training step",
+    "jit_compile": "XLA-compile the client step (refused: TFF 0.87's C++ worker has no XLA)",
 }
 
 # Fields a binary decides itself (not flags).

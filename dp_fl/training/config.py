@@ -68,7 +68,8 @@ class TrainingConfig:
     delta: δ of the privacy report.
     target_epsilon: stop before the round that would exceed it (None: no budget).
     on_nonfinite: one of ON_NONFINITE.
-    jit_compile: compile the client training step with XLA.
+    jit_compile: compile the client training step with XLA; refused in TFF 0.87, whose C++
+      worker has no XLA device (see dp_fl/training/client_work.py).
   """
   task: str
   root_dir: str
@@ -142,6 +143,12 @@ class TrainingConfig:
       _checks.check_half_open_unit("population_sampling_rate", self.population_sampling_rate)
     if not isinstance(self.jit_compile, bool):
       raise ValueError(f"`jit_compile` must be a bool; got {self.jit_compile!r}.")
+    if self.jit_compile:
+      raise ValueError(
+          "`jit_compile`=True cannot take effect: TFF 0.87 runs client training in its C++ "
+          "worker_binary, which has no XLA device, so tf.function(jit_compile=True) there is "
+          "silently not compiled (dp_fl/training/client_work.py, docs/BENCHMARKS.md). Drop "
+          "--jit_compile; XLA needs a TFF runtime built with XLA (e.g. on GPU/TPU).")
     if self.mechanism == "dpfedavg" and self.participation != "poisson":
       raise ValueError(
           "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "

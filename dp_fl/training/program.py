@@ -209,16 +209,22 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   from dp_fl.training import client_work  # pylint: disable=g-import-not-at-top
   element_spec = task.train_data.create_tf_dataset_for_client(
       task.train_data.client_ids[0]).element_spec
-  model_fn = client_work.model_fn(task, element_spec, config.jit_compile)
+  model_fn = client_work.model_fn(task, element_spec)
   client_optimizer = tff.learning.optimizers.build_sgdm(
       learning_rate=config.client_learning_rate)
+  # The client loop iterates the dataset in a tf.while_loop instead of `dataset.reduce`: for
+  # recurrent models TFF's default DATASET_REDUCE is several times slower in the C++ runtime
+  # (100 LSTM clients: 20 s vs 3 s per round, docs/BENCHMARKS.md).
+  loop = tff.learning.LoopImplementation.DATASET_ITERATOR
   if config.mechanism == "dpfedavg":
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer_fn=client_optimizer,
-        server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator)
+        server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator,
+        loop_implementation=loop)
   return tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn, client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator)
+      server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator,
+      loop_implementation=loop)
 
 
 def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
@@ -310,7 +316,11 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
     resumed_from = rounds_done
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   meter = outputs_lib.ProgressMeter(rounds_done, config.rounds)
-  if resumed_from is not None:
+  if resumed_from is not None and resumed_from >= config.rounds:
+    outputs.progress(f"the run in {config.root_dir} already completed {resumed_from} rounds; "
+                     "showing its results (pass another --root_dir, or more --rounds, to "
+                     "train again)")
+  elif resumed_from is not None:
     outputs.progress(f"resumed from the checkpoint after round {resumed_from}")
 
   def save_checkpoint() -> dict[str, float]:
@@ -329,6 +339,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   last_progress = 0.0
   last_checkpoint = rounds_done
   consecutive_discards = 0
+  evaluated_round = None
   with _StopFlag() as stop:
     while rounds_done < config.rounds:
       if max_rounds_this_call is not None and rounds_done - (resumed_from or 0) >= (
@@ -384,6 +395,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
       if rounds_done % config.eval_every == 0 or is_last:
         eval_metrics = evaluate(task, process.get_model_weights(state))
         outputs.evaluation(rounds_done, eval_metrics)
+        evaluated_round = rounds_done
         report = refresh_privacy()
         eps = None if report is None else report.epsilon
         outputs.progress(meter.line(rounds_done, eps, "eval " + ", ".join(
@@ -404,7 +416,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   if last_checkpoint != rounds_done:
     save_checkpoint()
   report = refresh_privacy() if rounds_done else None
-  if stopped != "completed" and stopped != "paused" and rounds_done:
+  if rounds_done and evaluated_round != rounds_done:
     eval_metrics = evaluate(task, process.get_model_weights(state))
     outputs.evaluation(rounds_done, eval_metrics)
   epsilon = None if report is None else report.epsilon
@@ -422,3 +434,86 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   return RunResult(rounds_completed=rounds_done, stopped=stopped, eval_metrics=eval_metrics,
                    epsilon=epsilon, delta=config.delta, privacy_report=report,
                    resumed_from=resumed_from, seconds=seconds, message=message)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers for binaries.
+
+
+def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
+                               target_epsilon: float) -> float:
+  """σ such that the *planned* schedule reaches `target_epsilon` at `config.delta`.
+
+  DP-FTRL: σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
+  max_participations) (paper 004, Sec. 3.1); the report after training uses the realized
+  participation instead. DP-FedAvg: the smallest z (bisection, RDP accountant) for T = rounds.
+  """
+  from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
+  from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
+  if config.mechanism == "none":
+    raise ValueError("`--calibrate_epsilon` needs a private mechanism; --mechanism=none has "
+                     "no noise to calibrate.")
+  if config.mechanism == "dpfedavg":
+    if config.population_sampling_rate is None:
+      raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q) so the "
+                       "population is known before the data are loaded.")
+    q = config.population_sampling_rate
+    population = config.clients_per_round / q
+
+    def eps(z):
+      return dpfedavg.dpfedavg_epsilon(population, config.clients_per_round, z, config.rounds,
+                                       config.delta, method=dpfedavg.RDP).epsilon
+
+    lo, hi = 1e-3, 1.0
+    while eps(hi) > target_epsilon:
+      hi *= 2.0
+    for _ in range(60):
+      mid = math.sqrt(lo * hi)
+      lo, hi = (mid, hi) if eps(mid) > target_epsilon else (lo, mid)
+    return hi
+  check_root_dir(config.root_dir)
+  mechanism = build_mechanism(config)
+  k, _ = catalog.feasible_participations(config.rounds, config.min_sep,
+                                         config.max_participations)
+  sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
+  return zcdp.noise_multiplier_for_epsilon(sens.value, target_epsilon, config.delta)
+
+
+def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,
+                 result: RunResult) -> dict[str, Any]:
+  """The end-of-run record a binary prints with --format=json."""
+  return {
+      "task": task.name, "description": task.description, "root_dir": config.root_dir,
+      "rounds_completed": result.rounds_completed, "stopped": result.stopped,
+      "message": result.message, "eval": result.eval_metrics,
+      "baseline": dict(task.baseline_metrics), "mechanism": config.mechanism,
+      "noise_multiplier": config.noise_multiplier, "epsilon": result.epsilon,
+      "delta": result.delta, "seconds": result.seconds,
+      "privacy_report": None if result.privacy_report is None
+      else result.privacy_report.to_dict(),
+  }
+
+
+def summary_lines(task: task_lib.Task, result: RunResult) -> list[str]:
+  """The human end-of-run block: metrics next to the task's baselines, then privacy."""
+  lines = ["", f"== {task.name}: {result.rounds_completed} rounds ({result.stopped}) in "
+               f"{result.seconds:.0f} s =="]
+  for name, value in result.eval_metrics.items():
+    base = task.baseline_metrics.get(f"unigram_{name}", task.baseline_metrics.get(name))
+    ref = "" if base is None else f"   (baseline {base:.4f})"
+    lines.append(f"  {name:<50} {value:.4f}{ref}")
+  report = result.privacy_report
+  if report is None:
+    lines.append("  privacy: none (non-private training)")
+  else:
+    bound = " (a LOWER BOUND: sensitivity from Remark 3.2)" if getattr(
+        report, "sensitivity_is_lower_bound", False) else ""
+    lines.append(f"  privacy: ε = {report.epsilon:.4g} at δ = {report.delta:g}{bound}")
+    participation = getattr(report, "participation", None)
+    if participation is not None:
+      lines.append(f"           ρ = {report.rho:.4g}-zCDP; realized min-sep "
+                   f"{participation.min_sep} rounds, at most "
+                   f"{participation.max_participations} participations per client")
+  lines.append("  outputs: metrics/train.csv, metrics/eval.csv, tensorboard/, "
+               "privacy_report.md, summary.json")
+  return lines

@@ -16,14 +16,14 @@ def _parse(argv):
 
 
 def test_priority_of_defaults_preset_and_flags(tmp_path):
-  args = _parse([f"--root_dir={tmp_path}", "--noise_multiplier=3.5", "--jit_compile"])
+  args = _parse([f"--root_dir={tmp_path}", "--noise_multiplier=3.5", "--on_nonfinite=discard"])
   config = cli.training_config(
       args, task="toy", defaults={"rounds": 10, "clients_per_round": 5, "clip_norm": 0.5},
       preset={"rounds": 20, "noise_multiplier": 1.0})
   assert config.task == "toy" and config.root_dir == str(tmp_path)
   assert config.rounds == 20  # preset over task default
   assert config.noise_multiplier == 3.5  # flag over preset
-  assert config.clip_norm == 0.5 and config.jit_compile is True
+  assert config.clip_norm == 0.5 and config.on_nonfinite == "discard"
   assert config.server_momentum == 0.9  # TrainingConfig default
 
 

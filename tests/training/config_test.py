@@ -39,6 +39,7 @@ def test_cooldown_schedule(tmp_path):
     (dict(mechanism="dpfedavg"), "needs --participation=poisson"),
     (dict(participation="poisson"), "Poisson sampling gives variable cohorts"),
     (dict(on_nonfinite="ignore"), "`on_nonfinite` must be one of"),
+    (dict(jit_compile=True), "worker_binary, which has no XLA device"),
 ])
 def test_bad_values_are_clear_errors(tmp_path, changes, match):
   with pytest.raises(ValueError, match=match):
