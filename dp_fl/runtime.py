@@ -122,25 +122,44 @@ def install_worker_guard() -> None:
     # worker is gone and that would print a spurious ProcessLookupError.
     executor_factory.os = _guarded_os_module()
     _guard_installed = True
-  atexit.register(_shutdown_at_exit)
 
 
 def _shutdown_at_exit() -> None:
-  """Stops the workers, then detaches them from TFF's ServiceManager objects.
+  """Stops our workers, then settles TFF's ServiceManager objects before shutdown.
 
   A ServiceManager still alive at interpreter shutdown runs its `__del__` after module
   globals are cleared and prints "Exception ignored ... 'NoneType' object has no attribute
-  'Popen'". The workers are already stopped here, so the managers have nothing left to do.
+  'Popen'" — even one that never started a worker (the default context created by
+  `import tensorflow_federated`). Here, while modules are intact, any worker a manager still
+  holds is stopped the way its `__del__` would, and the manager's `__del__` is retired.
+  Registered when this module is imported; does nothing unless TFF was imported.
   """
-  had_workers = bool(_workers or _stopped_worker_pids)
   shutdown_workers()
-  if not had_workers:
+  if "tensorflow_federated" not in sys.modules:
     return
   import gc  # pylint: disable=g-import-not-at-top
   for obj in gc.get_objects():
     kind = type(obj)
-    if kind.__name__ == "ServiceManager" and kind.__module__.endswith("executor_factory"):
-      obj._process = None  # pylint: disable=protected-access
+    if kind.__name__ != "ServiceManager" or not kind.__module__.endswith("executor_factory"):
+      continue
+    proc = getattr(obj, "_process", None)
+    if isinstance(proc, subprocess.Popen) and proc.poll() is None:
+      with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGINT)
+      try:
+        proc.wait(timeout=_WORKER_STOP_TIMEOUT_SECONDS)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    obj._process = None  # pylint: disable=protected-access
+    kind.__del__ = _settled_del  # Its own would look up the cleared `subprocess` global.
+
+
+def _settled_del(self) -> None:  # pylint: disable=unused-argument
+  """`__del__` of a ServiceManager whose worker `_shutdown_at_exit` already stopped."""
+
+
+atexit.register(_shutdown_at_exit)
 
 
 def worker_pids() -> list[int]:

@@ -61,7 +61,7 @@ _HELP = {
 _NOT_FLAGS = ("task",)
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
   lowered = str(text).lower()
   if lowered in ("1", "true", "yes", "on"):
     return True
@@ -79,7 +79,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     kind = field.type if isinstance(field.type, str) else field.type.__name__
     kwargs: dict[str, Any] = {"default": None, "help": _HELP.get(field.name, "")}
     if "bool" in kind:
-      kwargs.update(type=_parse_bool, nargs="?", const=True, metavar="BOOL")
+      kwargs.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
     elif "float" in kind:
       kwargs["type"] = float
     elif "int" in kind:
