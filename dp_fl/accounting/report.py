@@ -45,6 +45,18 @@ class Participation:
           f"`source` must be 'realized' or 'configured'; got {self.source!r}.")
 
 
+def _markdown(rows: list[tuple[str, str]], checklist: dict[str, str],
+              notes: tuple[str, ...]) -> str:
+  """A report as Markdown: the quantities, the App. C checklist, the notes."""
+  lines = ["# Privacy report", "", "| quantity | value |", "| --- | --- |"]
+  lines += [f"| {k} | {v} |" for k, v in rows]
+  lines += ["", "## Checklist (paper 004, App. C)", ""]
+  lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in checklist.items()]
+  if notes:
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+  return "\n".join(lines) + "\n"
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyReport:
   """The DP statement of one training run (paper 004, App. C)."""
@@ -117,13 +129,7 @@ class PrivacyReport:
         ("ρ (zCDP)", f"{self.rho:.6g}"),
         (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}"),
     ]
-    lines = ["# Privacy report", "", "| quantity | value |", "| --- | --- |"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    lines += ["", "## Checklist (paper 004, App. C)", ""]
-    lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in self.checklist().items()]
-    if self.notes:
-      lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
-    return "\n".join(lines) + "\n"
+    return _markdown(rows, self.checklist(), self.notes)
 
 
 def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: Participation,
@@ -233,13 +239,7 @@ class SampledPrivacyReport:
         ("ε (moments accountant, paper 001)", f"{self.epsilon_moments_accountant:.6g}"),
         ("PLD discretization interval", f"{self.pld_value_discretization_interval:g}"),
     ]
-    lines = ["# Privacy report", "", "| quantity | value |", "| --- | --- |"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    lines += ["", "## Checklist (paper 004, App. C)", ""]
-    lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in self.checklist().items()]
-    if self.notes:
-      lines += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
-    return "\n".join(lines) + "\n"
+    return _markdown(rows, self.checklist(), self.notes)
 
 
 def dpfedavg_report(population: int, expected_clients_per_round: float,

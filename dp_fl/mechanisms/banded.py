@@ -83,6 +83,7 @@ from scipy.linalg import blas
 from scipy.linalg import lapack
 
 from dp_fl import _checks
+from dp_fl.mechanisms import sensitivity
 
 MECHANISM_NAME = "bandmf"
 _JSON_VERSION = 1
@@ -135,16 +136,6 @@ class BandedSetting:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
-
-
-def effective_max_participations(n: int, min_sep: int,
-                                 max_participations: int) -> int:
-  """k reduced to ceil(n / b): more participations do not fit in n rounds."""
-  n = _checks.check_positive_int("n", n)
-  min_sep = _checks.check_positive_int("min_sep", min_sep)
-  max_participations = _checks.check_positive_int("max_participations",
-                                                  max_participations)
-  return min(max_participations, -(-n // min_sep))
 
 
 def _check_sizes(n: Any, bands: Any) -> tuple[int, int]:
@@ -818,7 +809,7 @@ class BandedMF:
     """
     n = self._rounds(n)
     min_sep = _checks.check_positive_int("min_sep", min_sep)
-    k = effective_max_participations(n, min_sep, max_participations)
+    k = sensitivity.feasible_participations(n, min_sep, max_participations)
     if min_sep < self.bands:
       raise ValueError(
           f"`min_sep` must be >= bands={self.bands} for the column-norm "
@@ -834,7 +825,7 @@ class BandedMF:
                n: int | None = None) -> BandedEvaluation:
     """Sensitivity, MaxError, RmsError, MaxLoss (Eq. 9) and RmsLoss (Eq. 10)."""
     n = self._rounds(n)
-    k = effective_max_participations(n, min_sep, max_participations)
+    k = sensitivity.feasible_participations(n, min_sep, max_participations)
     sens = self.sensitivity(min_sep, k, n)
     err = self.per_query_squared_error(n)
     max_err = float(np.sqrt(np.max(err)))
@@ -996,7 +987,7 @@ def optimize_banded(n: int, bands: int, min_sep: int, max_participations: int,
   """
   n, bands = _check_sizes(n, bands)
   min_sep = _checks.check_positive_int("min_sep", min_sep)
-  k = effective_max_participations(n, min_sep, max_participations)
+  k = sensitivity.feasible_participations(n, min_sep, max_participations)
   max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
   tol = _checks.check_nonnegative("tol", tol)
   start = None

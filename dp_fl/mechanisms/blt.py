@@ -45,6 +45,7 @@ import scipy.optimize
 import scipy.special
 
 from dp_fl import _checks
+from dp_fl.mechanisms import sensitivity
 
 MECHANISM_NAME = "blt"
 _JSON_VERSION = 1
@@ -86,11 +87,7 @@ def effective_max_participations(n: int, min_sep: int,
   surface it (`optimize_blt` and `Blt.evaluate` also emit a
   `ParticipationReducedWarning`).
   """
-  n = _checks.check_positive_int("n", n)
-  min_sep = _checks.check_positive_int("min_sep", min_sep)
-  max_participations = _checks.check_positive_int("max_participations",
-                                                  max_participations)
-  feasible = -(-n // min_sep)
+  feasible = sensitivity.feasible_participations(n, min_sep, max_participations)
   if max_participations <= feasible:
     return max_participations, None
   return feasible, (

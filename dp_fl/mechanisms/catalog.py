@@ -81,7 +81,7 @@ def feasible_participations(rounds: int, min_sep: int, max_participations: Optio
   """
   n = _checks.check_positive_int("rounds", rounds)
   b = _checks.check_positive_int("min_sep", min_sep)
-  most = -(-n // b)
+  most = sensitivity_lib.feasible_participations(n, b, n)
   if max_participations is None:
     return most, None
   k = _checks.check_positive_int("max_participations", max_participations)

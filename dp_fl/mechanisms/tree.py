@@ -67,6 +67,7 @@ import numpy as np
 import scipy.linalg
 
 from dp_fl import _checks
+from dp_fl.mechanisms import sensitivity
 
 MECHANISM_NAME = "tree"
 
@@ -240,15 +241,6 @@ def per_query_squared_error(n: int, full: bool, complete: bool = False) -> np.nd
 # Sensitivity under Pi(b, k).
 
 
-def effective_max_participations(n: int, min_sep: int, max_participations: int) -> int:
-  """k reduced to ceil(n / b), the most participations n rounds can hold at separation b."""
-  n = _checks.check_positive_int("n", n)
-  min_sep = _checks.check_positive_int("min_sep", min_sep)
-  max_participations = _checks.check_positive_int("max_participations",
-                                                  max_participations)
-  return min(max_participations, -(-n // min_sep))
-
-
 def participation_square_norm(n: int, rounds: Iterable[int], complete: bool = False) -> int:
   """||C u||^2 for C = `binary_tree_matrix(n, complete)` and u the indicator of `rounds`.
 
@@ -277,7 +269,7 @@ def tree_sensitivity_lower_bound(n: int, min_sep: int, max_participations: int,
   A valid *lower* bound on sens_Pi(C); the true sensitivity may be larger.
   k is reduced to ceil(n / b) first.
   """
-  k = effective_max_participations(n, min_sep, max_participations)
+  k = sensitivity.feasible_participations(n, min_sep, max_participations)
   return math.sqrt(participation_square_norm(n, range(0, k * min_sep, min_sep), complete))
 
 
@@ -444,7 +436,7 @@ def exact_tree_sensitivity(n: int, min_sep: int, max_participations: int,
   """
   n = _checks.check_positive_int("n", n)
   b = _checks.check_positive_int("min_sep", min_sep)
-  k = effective_max_participations(n, b, max_participations)
+  k = sensitivity.feasible_participations(n, b, max_participations)
   complete = _check_bool("complete", complete)
   budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
                                                                           max_work)
@@ -483,7 +475,7 @@ def tree_sensitivity(n: int, min_sep: int, max_participations: int, complete: bo
   """
   n = _checks.check_positive_int("n", n)
   b = _checks.check_positive_int("min_sep", min_sep)
-  k = effective_max_participations(n, b, max_participations)
+  k = sensitivity.feasible_participations(n, b, max_participations)
   complete = _check_bool("complete", complete)
   budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
                                                                           max_work)

@@ -112,7 +112,8 @@ def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
 class RunOutputs:
   """The metrics files, TensorBoard events and privacy reports of one run directory."""
 
-  def __init__(self, root_dir: str, resume_round: int, progress_stream: TextIO = sys.stdout):
+  def __init__(self, root_dir: str, resume_round: int,
+               progress_stream: Optional[TextIO] = None):
     self.root_dir = root_dir
     metrics_dir = os.path.join(root_dir, "metrics")
     os.makedirs(metrics_dir, exist_ok=True)
@@ -150,7 +151,7 @@ class RunOutputs:
     os.replace(path + ".tmp", path)
 
   def progress(self, line: str) -> None:
-    print(line, file=self._progress, flush=True)
+    print(line, file=self._progress or sys.stdout, flush=True)
 
   def close(self) -> None:
     self._tensorboard.close()

@@ -25,7 +25,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from typing import Any, Optional, TextIO
 
@@ -261,14 +260,15 @@ def _nonfinite_problem(metrics: dict[str, Any], weights: Any, num_clients: int) 
 
 
 def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
-        progress_stream: TextIO = sys.stdout, max_rounds_this_call: Optional[int] = None
+        progress_stream: Optional[TextIO] = None,
+        max_rounds_this_call: Optional[int] = None
         ) -> RunResult:
   """Trains `task` as `config` says, resuming from the latest checkpoint in `root_dir`.
 
   Args:
     task: the task (data, model, metrics).
     config: the run's validated configuration.
-    progress_stream: where progress lines go.
+    progress_stream: where progress lines go (default: the current sys.stdout).
     max_rounds_this_call: stop (with a checkpoint) after this many rounds in this call —
       for tests and for chunked jobs; None runs to `config.rounds`.
 

@@ -5,8 +5,10 @@ calibrated so the *planned* schedule (rounds, min-sep, max participations of the
 reaches the target ε at δ, the same training job runs, and the final held-out accuracy and
 the ε of the *realized* participation are collected into a table (JSON + Markdown).
 
-  ./bazelw run //tasks/stackoverflow:compare -- --target_epsilon=8 --out_dir=/tmp/so_compare
+  ./bazelw run //tasks/stackoverflow:compare -- --calibrate_epsilon=8 --out_dir=/tmp/so_cmp
   .venv/bin/python -m tasks.stackoverflow.compare --mechanisms=dpsgd,blt --rounds=40
+
+Every flag of tasks/stackoverflow/train.py applies (preset, data, model, training).
 
 Unless --data_dir is given the numbers are on the SYNTHETIC corpus: they compare mechanisms
 with each other, not with the paper's accuracies on the real StackOverflow data.
@@ -27,24 +29,20 @@ DEFAULT_MECHANISMS = ("none", "dpsgd", "tree", "bandmf", "blt")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  from tasks.stackoverflow import train  # pylint: disable=g-import-not-at-top
+  parser = train.build_parser()
+  parser.description = __doc__.splitlines()[0]
   parser.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS),
                       help="comma-separated subset of none,dpsgd,tree,bandmf,blt")
-  parser.add_argument("--target_epsilon", type=float, default=8.0)
-  parser.add_argument("--delta", type=float, default=None, help="default: the preset's")
-  parser.add_argument("--preset", default="quick", help="tasks.stackoverflow.train preset")
-  parser.add_argument("--rounds", type=int, default=None, help="default: the preset's")
-  parser.add_argument("--data_dir", default=None, help="real data; default: synthetic")
   parser.add_argument("--out_dir", default=os.path.join(tempfile.gettempdir(),
                                                         "dp_fl_stackoverflow_compare"))
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--format", choices=("table", "json"), default="table")
+  parser.set_defaults(calibrate_epsilon=8.0)
   return parser.parse_args(argv)
 
 
-def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace, synthetic: bool,
+def _markdown(rows: list[dict[str, Any]], target_epsilon: float, synthetic: bool,
               baseline: dict[str, float]) -> str:
-  lines = [f"# StackOverflow: mechanisms at ε = {args.target_epsilon:g}", ""]
+  lines = [f"# StackOverflow: mechanisms at ε = {target_epsilon:g}", ""]
   if synthetic:
     lines += ["**Synthetic data** (tasks/stackoverflow/synthetic.py, TFF's format): these "
               "numbers compare mechanisms with each other; they are not the paper's "
@@ -63,9 +61,8 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace, synthetic: b
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
-  runtime.configure_logging(0)
+  runtime.configure_logging(args.verbosity)
   runtime.install_signal_handlers()
-  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import train  # pylint: disable=g-import-not-at-top
@@ -76,29 +73,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"error: `--mechanisms` must be a comma-separated subset of {DEFAULT_MECHANISMS}; "
           f"got {args.mechanisms!r}.", file=sys.stderr)
     return 2
-  if args.preset not in train.PRESETS:
-    print(f"error: `--preset` must be one of {sorted(train.PRESETS)}; got {args.preset!r}.",
-          file=sys.stderr)
-    return 2
-  task_preset, train_preset = train.PRESETS[args.preset]
-  settings = so_task.StackOverflowSettings(**dict(task_preset, data_dir=args.data_dir))
-  task = so_task.make_task(settings)
-  os.makedirs(args.out_dir, exist_ok=True)
   rows = []
   try:
+    settings, base = train.settings_and_config(args)
+    task = so_task.make_task(settings)
+    os.makedirs(args.out_dir, exist_ok=True)
     with runtime.execution_context():
       for mechanism in mechanisms:
-        values = dict(train_preset, task=so_task.TASK_NAME, mechanism=mechanism,
-                      seed=args.seed, root_dir=os.path.join(args.out_dir, mechanism))
-        if args.rounds is not None:
-          values.update(rounds=args.rounds,
-                        cooldown_rounds=min(values.get("cooldown_rounds", 0), args.rounds))
-        if args.delta is not None:
-          values["delta"] = args.delta
-        config = config_lib.TrainingConfig(**values)
+        config = base.replace(mechanism=mechanism,
+                              root_dir=os.path.join(args.out_dir, mechanism))
         if mechanism != "none":
           config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-              config, args.target_epsilon))
+              config, args.calibrate_epsilon))
         print(f"== {mechanism}: noise multiplier {config.noise_multiplier:.4g}", flush=True)
         result = program.run(task, config)
         metrics = result.eval_metrics
@@ -115,11 +101,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   synthetic = args.data_dir is None
-  output = {"target_epsilon": args.target_epsilon, "synthetic_data": synthetic,
+  output = {"target_epsilon": args.calibrate_epsilon, "synthetic_data": synthetic,
             "preset": args.preset, "baseline": dict(task.baseline_metrics), "rows": rows}
   with open(os.path.join(args.out_dir, "comparison.json"), "w", encoding="utf-8") as f:
     json.dump(output, f, indent=1)
-  markdown = _markdown(rows, args, synthetic, dict(task.baseline_metrics))
+  markdown = _markdown(rows, args.calibrate_epsilon, synthetic, dict(task.baseline_metrics))
   with open(os.path.join(args.out_dir, "comparison.md"), "w", encoding="utf-8") as f:
     f.write(markdown)
   print(json.dumps(output, indent=1) if args.format == "json" else markdown)

@@ -58,7 +58,8 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+  """The binary's flags: preset, task (data, model) and every training flag."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
   parser.add_argument("--calibrate_epsilon", type=float, default=None,
@@ -81,24 +82,30 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                           help="tokenize the train split into memory once (default for the "
                                "quick preset; false for the full real corpus)")
   cli.add_training_arguments(parser)
-  return parser.parse_args(argv)
+  return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  args = parse_args(argv)
-  runtime.configure_logging(args.verbosity)
-  runtime.install_signal_handlers()
-  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+def settings_and_config(args: argparse.Namespace):
+  """(StackOverflowSettings, TrainingConfig) from preset < given flags; ValueError if bad."""
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
-
   task_preset, train_preset = PRESETS[args.preset]
   task_values = dict(task_preset)
   task_values.update({k: getattr(args, k) for k in TASK_FIELDS if getattr(args, k) is not None})
   root_default = os.path.join(tempfile.gettempdir(), f"dp_fl_stackoverflow_{args.preset}")
+  settings = so_task.StackOverflowSettings(**task_values)
+  config = cli.training_config(args, task=so_task.TASK_NAME,
+                               defaults={"root_dir": root_default}, preset=train_preset)
+  return settings, config
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = build_parser().parse_args(argv)
+  runtime.configure_logging(args.verbosity)
+  runtime.install_signal_handlers()
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
   try:
-    settings = so_task.StackOverflowSettings(**task_values)
-    config = cli.training_config(args, task=so_task.TASK_NAME,
-                                 defaults={"root_dir": root_default}, preset=train_preset)
+    settings, config = settings_and_config(args)
     print(f"run directory: {config.root_dir}", flush=True)
     task = so_task.make_task(settings)
     print(task.description, flush=True)
@@ -113,11 +120,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  summary = program.summary_lines(task, result)
   if args.format == "json":
     print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
   else:
-    print("\n".join(summary))
+    print("\n".join(program.summary_lines(task, result)))
   return 0
 
 
