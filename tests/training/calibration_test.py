@@ -1,0 +1,53 @@
+"""Noise calibration for a target ε from the planned schedule (DP-FTRL and DP-FedAvg)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dp_fl.accounting import dpfedavg
+from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import catalog
+from dp_fl.training import config as config_lib
+from dp_fl.training import program
+
+
+def _config(tmp_path, **kw):
+  values = dict(task="toy", root_dir=str(tmp_path), rounds=40, clients_per_round=10,
+                min_sep=10, delta=1e-6)
+  values.update(kw)
+  return config_lib.TrainingConfig(**values)
+
+
+def test_dpftrl_calibration_inverts_the_accounting(tmp_path):
+  params = tmp_path / "blt.json"
+  params.write_text(blt.PUBLISHED_BLTS[400].to_json())
+  config = _config(tmp_path / "run", mechanism="blt", mechanism_params=str(params))
+  sigma = program.calibrate_noise_multiplier(config, 4.0)
+  sens = catalog.BltMechanism(blt.PUBLISHED_BLTS[400]).sensitivity(40, 10, 4).value
+  assert zcdp.matrix_mechanism_guarantee(sens, sigma, 1e-6).epsilon == pytest.approx(4.0)
+  assert (tmp_path / "run" / program.MECHANISM_FILE).exists()  # The run will use this C.
+
+
+def test_dpfedavg_calibration_meets_the_target_with_rdp(tmp_path):
+  config = _config(tmp_path, mechanism="dpfedavg", participation="poisson",
+                   population_sampling_rate=0.01, clients_per_round=100)
+  z = program.calibrate_noise_multiplier(config, 2.0)
+  eps = dpfedavg.dpfedavg_epsilon(10000, 100, z, 40, 1e-6, method=dpfedavg.RDP).epsilon
+  assert eps <= 2.0 and eps == pytest.approx(2.0, rel=1e-3)
+
+
+def test_calibration_needs_a_private_mechanism_and_a_known_population(tmp_path):
+  with pytest.raises(ValueError, match="no noise to calibrate"):
+    program.calibrate_noise_multiplier(_config(tmp_path, mechanism="none"), 1.0)
+  with pytest.raises(ValueError, match="--population_sampling_rate"):
+    program.calibrate_noise_multiplier(
+        _config(tmp_path, mechanism="dpfedavg", participation="poisson"), 1.0)
+  assert math.isfinite(program.calibrate_noise_multiplier(
+      _config(tmp_path / "d", mechanism="dpsgd"), 1.0))
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
