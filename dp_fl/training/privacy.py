@@ -34,7 +34,7 @@ class PrivacyTracker:
   """ε so far for the run's mechanism; `report` for the App. C privacy report."""
 
   def __init__(self, mechanism_name: str, mechanism: Any, noise_multiplier: float,
-               clip_norm: float, clients_per_round: int, delta: float,
+               clip_norm: float, clients_per_round: float, delta: float,
                population: Optional[int] = None):
     """Args: mechanism_name (config.MECHANISMS), mechanism (a dp_fl.mechanisms.catalog
     Mechanism for DP-FTRL, else None), noise_multiplier σ (z for DP-FedAvg), clip_norm,

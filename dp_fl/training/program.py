@@ -289,9 +289,12 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   mechanism = build_mechanism(config)
   aggregator = build_aggregator(config, mechanism, num_clients)
   scheduler = build_scheduler(config, num_clients)
+  # DP-FedAvg accounts the Poisson rate q the scheduler and the aggregator use: C̃ = qK.
+  expected_clients = (config.population_sampling_rate * num_clients
+                      if config.population_sampling_rate else config.clients_per_round)
   tracker = privacy_lib.PrivacyTracker(
       config.mechanism, mechanism, config.noise_multiplier, config.clip_norm,
-      config.clients_per_round, config.delta, population=num_clients)
+      expected_clients, config.delta, population=num_clients)
 
   tf.keras.utils.set_random_seed(config.seed)
   process = build_learning_process(task, config, aggregator)
@@ -305,7 +308,8 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   if restored is not None:
     flat_template = tf.nest.flatten(template)
     if len(flat_template) != len(restored.arrays) or any(
-        np.shape(a) != np.shape(b) for a, b in zip(flat_template, restored.arrays)):
+        np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
+        for a, b in zip(flat_template, restored.arrays)):
       raise ValueError(f"The checkpoint {restored.path} does not fit this task's model and "
                        "aggregator; it belongs to another configuration.")
     state = tf.nest.pack_sequence_as(template, restored.arrays)
