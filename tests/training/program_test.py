@@ -195,5 +195,20 @@ def test_bad_root_dirs_and_privacy_changes_fail_before_training(tmp_path):
   assert more.resumed_from == 2 and more.rounds_completed == 4
 
 
+def test_dpfedavg_with_poisson_sampling_reports_the_sampled_guarantee(tmp_path):
+  config = toy_program.toy_config(str(tmp_path), 6, "dpfedavg", participation="poisson",
+                                  population_sampling_rate=0.25, noise_multiplier=1.0)
+  result = program.run(toy_task.make_task(), config)
+  assert result.stopped == "completed" and result.rounds_completed == 6
+  with open(os.path.join(tmp_path, "privacy_report.json")) as f:
+    report = json.load(f)
+  assert report["mechanism"] == "dpfedavg" and report["sampling_probability"] == 0.25
+  from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
+  expected = dpfedavg.dpfedavg_epsilon(toy_task.NUM_CLIENTS, 0.25 * toy_task.NUM_CLIENTS, 1.0,
+                                       6, config.delta, method=dpfedavg.PLD).epsilon
+  assert report["epsilon"] == pytest.approx(expected)
+  assert report["epsilon"] <= report["epsilon_rdp"] <= report["epsilon_moments_accountant"]
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
