@@ -60,6 +60,16 @@ def _unit_rows(matrix: np.ndarray) -> np.ndarray:
   return np.where(norms > 0, matrix / np.where(norms > 0, norms, 1), matrix)
 
 
+class _UnitRows(tf.keras.initializers.Initializer):
+  """Rows of `base`'s draw scaled to unit L2 norm (graph-safe: TFF traces the model)."""
+
+  def __init__(self, base):
+    self._base = base
+
+  def __call__(self, shape, dtype=None, **kwargs):
+    return tf.math.l2_normalize(self._base(shape, dtype=dtype), axis=-1)
+
+
 def build_model(vocab_size: int = data.PAPER_VOCAB_SIZE, *, seed: int = 0,
                 embedding_size: int = PAPER_EMBEDDING_SIZE,
                 lstm_size: int = PAPER_LSTM_SIZE) -> tf.keras.Model:
@@ -75,7 +85,7 @@ def build_model(vocab_size: int = data.PAPER_VOCAB_SIZE, *, seed: int = 0,
   h = _checks.check_positive_int("lstm_size", lstm_size)
   inputs = tf.keras.Input(shape=(None,), dtype=tf.int64, name="ids")
   embedding = tf.keras.layers.Embedding(
-      classes, d, embeddings_initializer=tf.keras.initializers.RandomNormal(seed=seed),
+      classes, d, embeddings_initializer=_UnitRows(tf.keras.initializers.RandomNormal(seed=seed)),
       name="embedding")
   x = embedding(inputs)
   x = tf.keras.layers.LSTM(
@@ -87,7 +97,6 @@ def build_model(vocab_size: int = data.PAPER_VOCAB_SIZE, *, seed: int = 0,
       kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + 3))(x)
   logits = TiedSoftmaxLogits(embedding, name="tied_logits")(x)
   model = tf.keras.Model(inputs, logits, name="reddit_lstm")
-  embedding.embeddings.assign(_unit_rows(embedding.embeddings.numpy()))
   return model
 
 

@@ -1,0 +1,177 @@
+"""The Reddit next-word-prediction task of paper 001 (Sec. 3, App. B) for the training program.
+
+Data: Reddit comments as JSON lines (`--data_files`, plain / .gz / .bz2), or by default the
+synthetic corpus of `tasks/reddit/synthetic.py` (generated once and cached). The comments
+are read once (`data.read_comments`), grouped by author with random posts held out for the
+test set and the 1,600-token rule applied (`data.split_users`), a vocabulary counted
+(`data.build_vocab`), and each user cut into (x, y) windows (`data.user_windows`). The
+training clients are kept IN MEMORY as numpy arrays (`InMemoryClientData`): TFF's
+`SqlClientData` costs ~0.1 s per client dataset, which dominates a round of small clients.
+Model, loss and AccuracyTop1: `tasks/reddit/model.py` (tied unit-norm embeddings, re-projected
+after every server update through `Task.project_weights`; 1,346,528 parameters at the paper's
+sizes: vocabulary 10,000, embedding 96, LSTM 256).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from dp_fl import _checks
+from dp_fl.training import task as task_lib
+from tasks.reddit import data
+from tasks.reddit import model
+from tasks.reddit import synthetic
+
+TASK_NAME = "reddit"
+METRIC_NAME = "accuracy_top1"  # model.AccuracyTop1's name.
+
+
+@dataclasses.dataclass(frozen=True)
+class RedditSettings:
+  """Data and model sizes of the task (the training flags are in TrainingConfig).
+
+  Attributes:
+    data_files: Reddit comments JSON-lines files; None: the synthetic corpus (generated
+      once into `synthetic_cache_dir`).
+    vocab_size, tokens_per_user, test_fraction, unroll, batch_size: paper 001 App. B
+      preprocessing (10,000 / 1,600 / - / 10 / 8).
+    embedding_size, lstm_size: the model (96 / 256).
+    eval_users: at most this many test-split users (sorted by name) form the evaluation data.
+    eval_batch_size: batch size of the evaluation dataset.
+    synthetic_authors, synthetic_comments_per_author: size of the synthetic corpus.
+    synthetic_cache_dir: where the synthetic corpus is cached (None: ~/.cache/dp_fl/...).
+    seed: seeds the held-out split.
+  """
+  data_files: Optional[tuple[str, ...]] = None
+  vocab_size: int = data.PAPER_VOCAB_SIZE
+  tokens_per_user: int = data.PAPER_TOKENS_PER_USER
+  test_fraction: float = data.DEFAULT_TEST_FRACTION
+  unroll: int = data.PAPER_UNROLL
+  batch_size: int = data.PAPER_BATCH_SIZE
+  embedding_size: int = model.PAPER_EMBEDDING_SIZE
+  lstm_size: int = model.PAPER_LSTM_SIZE
+  eval_users: int = 1000
+  eval_batch_size: int = 64
+  synthetic_authors: int = 200
+  synthetic_comments_per_author: float = 20.0
+  synthetic_cache_dir: Optional[str] = None
+  seed: int = 0
+
+  def __post_init__(self):
+    for name in ("vocab_size", "tokens_per_user", "unroll", "batch_size", "embedding_size",
+                 "lstm_size", "eval_users", "eval_batch_size", "synthetic_authors"):
+      _checks.check_positive_int(name, getattr(self, name))
+    _checks.check_positive("synthetic_comments_per_author", self.synthetic_comments_per_author)
+    _checks.check_nonnegative_int("seed", self.seed)
+    fraction = _checks.check_nonnegative("test_fraction", self.test_fraction)
+    if fraction >= 1:
+      raise ValueError(f"`test_fraction` must be in [0, 1); got {fraction!r}.")
+    if isinstance(self.data_files, str):
+      object.__setattr__(self, "data_files", (self.data_files,))
+    elif self.data_files is not None:
+      object.__setattr__(self, "data_files", tuple(self.data_files))
+      if not self.data_files:
+        raise ValueError("`data_files` must name at least one file, or be None for the "
+                         "synthetic corpus; got [].")
+
+
+class InMemoryClientData:
+  """A ClientData-like view of per-user (x, y) window arrays (sorted `client_ids`)."""
+
+  def __init__(self, windows: Mapping[str, np.ndarray], batch_size: int):
+    self._windows = dict(windows)
+    self._batch_size = _checks.check_positive_int("batch_size", batch_size)
+    self.client_ids = sorted(self._windows)
+
+  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+    """The client's (x, y) windows in stored order, batched (deterministic)."""
+    if client_id not in self._windows:
+      raise ValueError(f"Unknown client id {client_id!r}: not one of the "
+                       f"{len(self.client_ids)} training users.")
+    w = self._windows[client_id]
+    return tf.data.Dataset.from_tensor_slices((w[:, :-1], w[:, 1:])).batch(self._batch_size)
+
+  def num_windows(self, client_id: str) -> int:
+    return len(self._windows[client_id])
+
+
+def data_files(settings: RedditSettings) -> tuple[str, ...]:
+  """The comment files: `data_files`, or the cached synthetic corpus."""
+  if settings.data_files is not None:
+    return settings.data_files
+  config = synthetic.SyntheticConfig(
+      num_authors=settings.synthetic_authors,
+      mean_comments_per_author=settings.synthetic_comments_per_author)
+  return (synthetic.ensure_corpus(config, cache_dir=settings.synthetic_cache_dir),)
+
+
+def _windows(users: Mapping[str, Sequence[Sequence[str]]], vocab: Sequence[str],
+             settings: RedditSettings, truncated: Optional[Mapping[str, bool]] = None
+             ) -> dict[str, np.ndarray]:
+  out = {}
+  for author in sorted(users):
+    w = data.user_windows(users[author], vocab, unroll=settings.unroll,
+                          vocab_size=settings.vocab_size,
+                          last_truncated=bool(truncated and truncated[author]))
+    if len(w):
+      out[author] = w
+  return out
+
+
+def unigram_accuracy(targets: np.ndarray, vocab_size: int) -> float:
+  """AccuracyTop1 of always predicting the most frequent in-vocabulary target word."""
+  ids = data.token_ids(vocab_size)
+  targets = np.asarray(targets).ravel()
+  counted = targets[targets != ids.pad]
+  in_vocab = counted[(counted >= 1) & (counted <= vocab_size)]
+  if not len(counted) or not len(in_vocab):
+    return 0.0
+  return float(np.bincount(in_vocab).max() / len(counted))
+
+
+def make_task(settings: RedditSettings) -> task_lib.Task:
+  """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
+  paths = data_files(settings)
+  summary = data.ReadSummary()
+  splits = data.split_users(
+      data.read_comments(paths, summary), summary=summary,
+      tokens_per_user=settings.tokens_per_user, test_fraction=settings.test_fraction,
+      seed=settings.seed)
+  vocab = data.build_vocab(splits.train, settings.vocab_size)
+  train = _windows(splits.train, vocab, settings, splits.train_truncated)
+  test_users = sorted(splits.test)[:settings.eval_users]
+  test = _windows({a: splits.test[a] for a in test_users}, vocab, settings)
+  if not test:
+    raise ValueError(
+        f"The test split of {list(paths)} has no windows (test_fraction="
+        f"{settings.test_fraction}); pass more comments or a larger `test_fraction`.")
+  eval_windows = np.concatenate([test[a] for a in sorted(test)])
+  eval_x, eval_y = eval_windows[:, :-1], eval_windows[:, 1:]
+
+  def eval_dataset_fn() -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((eval_x, eval_y)).batch(
+        settings.eval_batch_size)
+
+  source = "synthetic corpus" if settings.data_files is None else ", ".join(paths)
+  return task_lib.Task(
+      name=TASK_NAME,
+      train_data=InMemoryClientData(train, settings.batch_size),
+      eval_dataset_fn=eval_dataset_fn,
+      keras_model_fn=functools.partial(
+          model.build_model, settings.vocab_size, seed=settings.seed,
+          embedding_size=settings.embedding_size, lstm_size=settings.lstm_size),
+      loss_fn=model.loss_fn,
+      metrics_fn=functools.partial(model.metrics_fn, settings.vocab_size),
+      baseline_metrics={f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y,
+                                                                    settings.vocab_size)},
+      project_weights=model.project_weights,
+      description=(f"Reddit next-word prediction ({source}; vocabulary {len(vocab)} of "
+                   f"{settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
+                   f"{len(train)} train users of {settings.tokens_per_user} tokens, "
+                   f"{len(eval_windows)} eval windows)"))
