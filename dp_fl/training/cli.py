@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from dp_fl.training import config as config_lib
 
@@ -111,3 +111,50 @@ def training_config(args: argparse.Namespace, *, task: str,
   if missing:
     raise ValueError(f"{', '.join('--' + k for k in missing)} required.")
   return config_lib.TrainingConfig(**values)
+
+
+def add_binary_arguments(parser: argparse.ArgumentParser, presets: Mapping[str, Any],
+                         default_preset: str) -> None:
+  """The flags every task binary has besides the training ones: preset, calibration, output."""
+  parser.add_argument("--preset", choices=sorted(presets), default=default_preset)
+  parser.add_argument("--calibrate_epsilon", type=float, default=None,
+                      help="set the noise multiplier so the planned schedule (rounds, min_sep, "
+                           "max_participations) reaches this ε at δ")
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  parser.add_argument("-v", "--verbosity", type=int, default=0,
+                      help="0 quiet, 1 warnings, 2 info, 3 debug (TF/TFF logs)")
+
+
+def run_task_binary(args: argparse.Namespace,
+                    settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
+                    make_task: Callable[[Any], Any]) -> int:
+  """The body of a task binary's `main` after parsing: returns the exit code.
+
+  Builds the task and config, calibrates σ if asked, trains inside dp_fl's execution
+  context, prints the summary (table or JSON); a ValueError becomes `error: ...` and exit 2.
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  try:
+    settings, config = settings_and_config(args)
+    print(f"run directory: {config.root_dir}", flush=True)
+    task = make_task(settings)
+    print(task.description, flush=True)
+    with runtime.execution_context():
+      if args.calibrate_epsilon is not None:
+        config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
+            config, args.calibrate_epsilon))
+        print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
+              f"{args.calibrate_epsilon:g} at δ = {config.delta:g} for the planned schedule",
+              flush=True)
+      result = program.run(task, config)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.format == "json":
+    print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
+  else:
+    print("\n".join(program.summary_lines(task, result)))
+  return 0

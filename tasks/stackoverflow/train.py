@@ -17,7 +17,6 @@ configuration (n = 2052 rounds, 1000 clients per round, 6 epochs with min-sep 34
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -63,13 +62,7 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def build_parser() -> argparse.ArgumentParser:
   """The binary's flags: preset, task (data, model) and every training flag."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-  parser.add_argument("--calibrate_epsilon", type=float, default=None,
-                      help="set the noise multiplier so the planned schedule (rounds, min_sep, "
-                           "max_participations) reaches this ε at δ")
-  parser.add_argument("--format", choices=("table", "json"), default="table")
-  parser.add_argument("-v", "--verbosity", type=int, default=0,
-                      help="0 quiet, 1 warnings, 2 info, 3 debug (TF/TFF logs)")
+  cli.add_binary_arguments(parser, PRESETS, "quick")
   task_group = parser.add_argument_group("task (StackOverflow data and model)")
   task_group.add_argument("--data_dir", default=None,
                           help="directory with stackoverflow.sqlite (TFF's format); default: "
@@ -104,29 +97,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = build_parser().parse_args(argv)
   runtime.configure_logging(args.verbosity)
   runtime.install_signal_handlers()
-  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
-  try:
-    settings, config = settings_and_config(args)
-    print(f"run directory: {config.root_dir}", flush=True)
-    task = so_task.make_task(settings)
-    print(task.description, flush=True)
-    with runtime.execution_context():
-      if args.calibrate_epsilon is not None:
-        config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-            config, args.calibrate_epsilon))
-        print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
-              f"{args.calibrate_epsilon:g} at δ = {config.delta:g} for the planned schedule",
-              flush=True)
-      result = program.run(task, config)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  if args.format == "json":
-    print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
-  else:
-    print("\n".join(program.summary_lines(task, result)))
-  return 0
+  return cli.run_task_binary(args, settings_and_config, so_task.make_task)
 
 
 if __name__ == "__main__":
