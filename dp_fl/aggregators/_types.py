@@ -63,3 +63,14 @@ def pack_as(template: Any, leaves: list[Any]) -> Any:
 
 def num_parameters(specs: list[tf.TensorSpec]) -> int:
   return int(sum(np.prod(s.shape.as_list(), dtype=np.int64) for s in specs))
+
+
+def record_aggregation_factory(factory: Any) -> tff.aggregators.UnweightedAggregationFactory:
+  """The factory that sums clipped updates: `factory`, or TFF's SumFactory when None."""
+  if factory is None:
+    return tff.aggregators.SumFactory()
+  if not isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    raise ValueError(
+        f"`record_aggregation_factory` must be a tff.aggregators."
+        f"UnweightedAggregationFactory; got {type(factory).__name__}.")
+  return factory

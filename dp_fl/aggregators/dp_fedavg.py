@@ -111,13 +111,7 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
       layer_clip_norms = norms
     self._layer_clip_norms = layer_clip_norms
     self._seed = dp_ftrl.seed_pair(seed)
-    if record_aggregation_factory is None:
-      record_aggregation_factory = tff.aggregators.SumFactory()
-    if not isinstance(record_aggregation_factory, tff.aggregators.UnweightedAggregationFactory):
-      raise ValueError(
-          f"`record_aggregation_factory` must be a tff.aggregators."
-          f"UnweightedAggregationFactory; got {type(record_aggregation_factory).__name__}.")
-    self._record_factory = record_aggregation_factory
+    self._record_factory = _types.record_aggregation_factory(record_aggregation_factory)
 
   @property
   def sensitivity(self) -> float:

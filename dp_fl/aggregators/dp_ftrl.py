@@ -112,13 +112,7 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
           f"`zeroing_norm`={zeroing_norm} is below `clip_norm`={self._clip_norm}; it would "
           f"zero updates that clipping keeps. Use zeroing_norm >= clip_norm.")
     self._zeroing_norm = float(zeroing_norm)
-    if record_aggregation_factory is None:
-      record_aggregation_factory = tff.aggregators.SumFactory()
-    if not isinstance(record_aggregation_factory, tff.aggregators.UnweightedAggregationFactory):
-      raise ValueError(
-          f"`record_aggregation_factory` must be a tff.aggregators."
-          f"UnweightedAggregationFactory; got {type(record_aggregation_factory).__name__}.")
-    self._record_factory = record_aggregation_factory
+    self._record_factory = _types.record_aggregation_factory(record_aggregation_factory)
 
   # -- named constructors (paper 004, Table 1) ---------------------------------------------
 

@@ -424,6 +424,17 @@ def _prune(layer: dict, l0: int) -> dict:
   return out
 
 
+def _square_sum_within(n, min_sep, max_participations, complete, max_work):
+  """Validated (n, b, k, complete) and the exact max sum of squares, None over budget."""
+  n = _checks.check_positive_int("n", n)
+  b = _checks.check_positive_int("min_sep", min_sep)
+  k = sensitivity.feasible_participations(n, b, max_participations)
+  complete = _check_bool("complete", complete)
+  budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
+                                                                          max_work)
+  return n, b, k, complete, _cached_square_sum(n, b, k, complete, budget)
+
+
 def exact_tree_sensitivity(n: int, min_sep: int, max_participations: int,
                            complete: bool = False,
                            max_work: Optional[int] = DEFAULT_MAX_WORK) -> float:
@@ -434,13 +445,8 @@ def exact_tree_sensitivity(n: int, min_sep: int, max_participations: int,
   (paper 004, Sec. 3.1). k is reduced to ceil(n / b). Raises ValueError when
   the program would need more than `max_work` transitions (None: no limit).
   """
-  n = _checks.check_positive_int("n", n)
-  b = _checks.check_positive_int("min_sep", min_sep)
-  k = sensitivity.feasible_participations(n, b, max_participations)
-  complete = _check_bool("complete", complete)
-  budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
-                                                                          max_work)
-  square_sum = _cached_square_sum(n, b, k, complete, budget)
+  n, b, k, complete, square_sum = _square_sum_within(n, min_sep, max_participations,
+                                                     complete, max_work)
   if square_sum is None:
     raise ValueError(
         f"`max_work`={max_work} is too small for the exact tree sensitivity at n={n}, "
@@ -473,13 +479,8 @@ def tree_sensitivity(n: int, min_sep: int, max_participations: int, complete: bo
   The online tree (`online_tree_matrix`) keeps a subset of these rows, so its
   sensitivity is at most the value returned for complete=False.
   """
-  n = _checks.check_positive_int("n", n)
-  b = _checks.check_positive_int("min_sep", min_sep)
-  k = sensitivity.feasible_participations(n, b, max_participations)
-  complete = _check_bool("complete", complete)
-  budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
-                                                                          max_work)
-  square_sum = _cached_square_sum(n, b, k, complete, budget)
+  n, b, k, complete, square_sum = _square_sum_within(n, min_sep, max_participations,
+                                                     complete, max_work)
   if square_sum is None:
     return tree_sensitivity_lower_bound(n, b, k, complete), LOWER_BOUND, METHOD_LOWER_BOUND
   return math.sqrt(square_sum), EXACT, METHOD_EXACT

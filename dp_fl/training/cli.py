@@ -125,6 +125,25 @@ def add_binary_arguments(parser: argparse.ArgumentParser, presets: Mapping[str, 
                       help="0 quiet, 1 warnings, 2 info, 3 debug (TF/TFF logs)")
 
 
+def task_values_and_config(args: argparse.Namespace, presets: Mapping[str, Any],
+                           task_fields: tuple[str, ...], task: str
+                           ) -> tuple[dict[str, Any], config_lib.TrainingConfig]:
+  """(task settings values, TrainingConfig) from the chosen preset < the given flags.
+
+  `presets[name]` is (task settings, training settings); the run directory defaults to
+  `<tmp>/dp_fl_<task>_<preset>`.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  task_preset, train_preset = presets[args.preset]
+  values = dict(task_preset)
+  values.update({k: getattr(args, k) for k in task_fields if getattr(args, k) is not None})
+  root_default = os.path.join(tempfile.gettempdir(), f"dp_fl_{task}_{args.preset}")
+  config = training_config(args, task=task, defaults={"root_dir": root_default},
+                           preset=train_preset)
+  return values, config
+
+
 def run_task_binary(args: argparse.Namespace,
                     settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
                     make_task: Callable[[Any], Any]) -> int:

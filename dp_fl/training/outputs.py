@@ -3,7 +3,7 @@
 Run-directory layout (`--root_dir`):
 
     config.json                  the run's TrainingConfig (dp_fl.training.config)
-    checkpoints/ckpt-XXXXXXXX/   see dp_fl.training.checkpoints
+    checkpoints/ckpt-<round>/    see dp_fl.training.checkpoints
     metrics/train.csv            one row per completed round (column `round`, 1-based)
     metrics/eval.csv             one row per evaluation
     metrics/privacy.csv          ρ and ε after each evaluation and at the end

@@ -21,9 +21,7 @@ itself requires `--participation=poisson`). Rerunning with the same --root_dir r
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from typing import Any, Optional, Sequence
 
 from dp_fl import runtime
@@ -84,17 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_and_config(args: argparse.Namespace):
   """(RedditSettings, TrainingConfig) from preset < given flags; ValueError if bad."""
   from tasks.reddit import task as reddit_task  # pylint: disable=g-import-not-at-top
-  task_preset, train_preset = PRESETS[args.preset]
-  task_values = dict(task_preset)
-  task_values.update({k: getattr(args, k) for k in TASK_FIELDS if getattr(args, k) is not None})
-  if isinstance(task_values.get("data_files"), str):
-    task_values["data_files"] = tuple(
-        p for p in task_values["data_files"].split(",") if p)
-  root_default = os.path.join(tempfile.gettempdir(), f"dp_fl_reddit_{args.preset}")
-  settings = reddit_task.RedditSettings(**task_values)
-  config = cli.training_config(args, task=reddit_task.TASK_NAME,
-                               defaults={"root_dir": root_default}, preset=train_preset)
-  return settings, config
+  values, config = cli.task_values_and_config(args, PRESETS, TASK_FIELDS,
+                                              reddit_task.TASK_NAME)
+  if isinstance(values.get("data_files"), str):
+    values["data_files"] = tuple(p for p in values["data_files"].split(",") if p)
+  return reddit_task.RedditSettings(**values), config
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

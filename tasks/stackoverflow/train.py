@@ -17,9 +17,7 @@ configuration (n = 2052 rounds, 1000 clients per round, 6 epochs with min-sep 34
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from typing import Any, Optional, Sequence
 
 from dp_fl import runtime
@@ -83,14 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_and_config(args: argparse.Namespace):
   """(StackOverflowSettings, TrainingConfig) from preset < given flags; ValueError if bad."""
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
-  task_preset, train_preset = PRESETS[args.preset]
-  task_values = dict(task_preset)
-  task_values.update({k: getattr(args, k) for k in TASK_FIELDS if getattr(args, k) is not None})
-  root_default = os.path.join(tempfile.gettempdir(), f"dp_fl_stackoverflow_{args.preset}")
-  settings = so_task.StackOverflowSettings(**task_values)
-  config = cli.training_config(args, task=so_task.TASK_NAME,
-                               defaults={"root_dir": root_default}, preset=train_preset)
-  return settings, config
+  values, config = cli.task_values_and_config(args, PRESETS, TASK_FIELDS, so_task.TASK_NAME)
+  return so_task.StackOverflowSettings(**values), config
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
