@@ -42,10 +42,13 @@ _HELP = {
     "availability": "device availability: always or diurnal",
     "population_sampling_rate": "q for Poisson sampling (default clients_per_round / "
                                 "population)",
-    "client_learning_rate": "client SGD learning rate",
+    "client_optimizer": "client optimizer: " + ", ".join(config_lib.CLIENT_OPTIMIZERS),
+    "client_learning_rate": "client learning rate",
     "client_epochs": "local epochs per round",
-    "server_learning_rate": "server SGD learning rate",
-    "server_momentum": "server SGD momentum (paper 004: 0.9)",
+    "server_optimizer": "server optimizer: " + ", ".join(config_lib.SERVER_OPTIMIZERS),
+    "server_learning_rate": "server learning rate",
+    "server_momentum": "server SGD momentum (paper 004: 0.9); Adam's beta_1",
+    "server_adam_epsilon": "Adam's epsilon (--server_optimizer=adam)",
     "cooldown_rounds": "linear server-lr cooldown over the last R rounds",
     "cooldown_final_fraction": "lr at the end of the cooldown, as a fraction",
     "eval_every": "evaluate every E rounds",
@@ -90,6 +93,10 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
       kwargs["choices"] = config_lib.PARTICIPATIONS
     elif field.name == "on_nonfinite":
       kwargs["choices"] = config_lib.ON_NONFINITE
+    elif field.name == "client_optimizer":
+      kwargs["choices"] = config_lib.CLIENT_OPTIMIZERS
+    elif field.name == "server_optimizer":
+      kwargs["choices"] = config_lib.SERVER_OPTIMIZERS
     group.add_argument(f"--{field.name}", **kwargs)
 
 

@@ -27,6 +27,15 @@ PARTICIPATIONS = ("device_timer", "min_sep_rounds", "poisson", "balls_in_bins", 
 ON_NONFINITE = ("stop", "discard")
 """What a round with a non-finite training loss does: stop the run, or discard the round."""
 
+CLIENT_OPTIMIZERS = ("sgd", "adam")
+"""`--client_optimizer`: local SGD, or local Adam (restarted every round)."""
+
+SERVER_OPTIMIZERS = ("sgdm", "adam")
+"""`--server_optimizer`: SGD with momentum, or Adam (both applied to the noised update)."""
+
+# Fields whose change would give the learning process another state than the checkpoint's.
+STATE_FIELDS = ("server_optimizer",)
+
 # Fields whose change would alter the privacy guarantee of a resumed run.
 PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
                   "seed", "participation", "min_sep", "max_participations", "blt_buffers",
@@ -57,8 +66,17 @@ class TrainingConfig:
     round_hours: simulated duration of a round (device_timer).
     availability: "always" or "diurnal" (device_timer).
     population_sampling_rate: q for Poisson sampling (None: clients_per_round / population).
-    client_learning_rate, client_epochs: local SGD.
-    server_learning_rate, server_momentum: server SGD with momentum (paper 004: 0.9).
+    client_optimizer: one of CLIENT_OPTIMIZERS: "sgd" (paper 001 Alg. 1, paper 004) or "adam"
+      (local Adam, its moments restarted every round; the clipped model delta is what the
+      aggregator privatizes, so privacy is unchanged).
+    client_learning_rate, client_epochs: the local optimizer's rate and epochs.
+    server_optimizer: one of SERVER_OPTIMIZERS: "sgdm", SGD with momentum (paper 004: 0.9;
+      paper 001: plain SGD, momentum 0), or "adam", Adam on the noised average update
+      (FedAdam, Reddi et al. 2021; post-processing, so privacy is unchanged) with β1 =
+      `server_momentum`, β2 = 0.999 and ε = `server_adam_epsilon`.
+    server_learning_rate, server_momentum: the server optimizer's rate and momentum.
+    server_adam_epsilon: Adam's ε; large values (1e-3) keep the DP noise in the update from
+      being divided by a tiny second moment.
     cooldown_rounds: the server learning rate decays linearly to
       `cooldown_final_fraction` × lr over the last `cooldown_rounds` rounds.
     cooldown_final_fraction: see above.
@@ -89,10 +107,13 @@ class TrainingConfig:
   round_hours: float = 1.0
   availability: str = "always"
   population_sampling_rate: Optional[float] = None
+  client_optimizer: str = "sgd"
   client_learning_rate: float = 0.5
   client_epochs: int = 1
   server_learning_rate: float = 1.0
   server_momentum: float = 0.9
+  server_optimizer: str = "sgdm"
+  server_adam_epsilon: float = 1e-3
   cooldown_rounds: int = 0
   cooldown_final_fraction: float = 0.1
   eval_every: int = 10
@@ -119,6 +140,9 @@ class TrainingConfig:
     _one_of("mechanism", self.mechanism, MECHANISMS)
     _one_of("participation", self.participation, PARTICIPATIONS)
     _one_of("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
+    _one_of("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+    _one_of("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
+    _checks.check_positive("server_adam_epsilon", self.server_adam_epsilon)
     _one_of("availability", self.availability, ("always", "diurnal"))
     _checks.check_positive("clip_norm", self.clip_norm)
     _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
@@ -239,6 +263,13 @@ def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
           f"Refusing to resume the run in {config.root_dir!r}: these settings change its "
           f"privacy guarantee: {'; '.join(changed)}. Resume with the saved settings, or start "
           "a new run in another --root_dir.")
+    restructured = [f"{name}: {getattr(saved, name)!r} -> {getattr(config, name)!r}"
+                    for name in STATE_FIELDS if getattr(saved, name) != getattr(config, name)]
+    if restructured:
+      raise ValueError(
+          f"Refusing to resume the run in {config.root_dir!r}: its checkpoints hold the state "
+          f"of another server optimizer ({'; '.join(restructured)}). Resume with the saved "
+          "setting, or start a new run in another --root_dir.")
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(config.to_json())

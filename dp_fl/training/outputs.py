@@ -165,12 +165,16 @@ class ProgressMeter:
     self._total = total_rounds
     self._start = time.perf_counter()
 
-  def line(self, round_number: int, epsilon: Optional[float], extra: str = "") -> str:
+  def line(self, round_number: int, epsilon: Optional[float], extra: str = "",
+           accountant: str = "") -> str:
+    """The progress line; `accountant` (e.g. "RDP") names how ε was bounded, if it varies."""
     elapsed = time.perf_counter() - self._start
     done = round_number - self._first
     rate = done / elapsed if elapsed > 0 else float("nan")
     eta = (self._total - round_number) / rate if rate > 0 else float("nan")
     eps = "n/a" if epsilon is None else ("inf" if math.isinf(epsilon) else f"{epsilon:.3f}")
+    if accountant and epsilon is not None and math.isfinite(epsilon):
+      eps += f" ({accountant})"
     return (f"round {round_number}/{self._total}  {rate:.2f} rounds/s  "
             f"ETA {_duration(eta)}  ε so far {eps}" + (f"  {extra}" if extra else ""))
 

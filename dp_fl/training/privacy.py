@@ -64,6 +64,16 @@ class PrivacyTracker:
         self._mechanism, self._sigma, participation, self._delta, clip_norm=self._clip,
         clients_per_round=self._m)
 
+  @property
+  def progress_accountant(self) -> str:
+    """How `epsilon` bounds ε when it differs from the reports' method ("" when the same)."""
+    return "RDP" if self._name == "dpfedavg" else ""
+
+  @property
+  def report_accountant(self) -> str:
+    """How `report(...).epsilon` is computed when `epsilon` uses another method, else ""."""
+    return "PLD" if self._name == "dpfedavg" else ""
+
   def epsilon(self, realized: ledger_lib.RealizedParticipation) -> float:
     """ε at δ so far (0 before anyone took part, inf without privacy).
 

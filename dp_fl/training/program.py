@@ -166,9 +166,14 @@ def build_scheduler(config: config_lib.TrainingConfig,
 def _server_optimizer(config: config_lib.TrainingConfig):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  optimizer = tff.learning.optimizers.build_sgdm(
-      learning_rate=config.server_learning_rate,
-      momentum=config.server_momentum if config.server_momentum > 0 else None)
+  if config.server_optimizer == "adam":
+    optimizer = tff.learning.optimizers.build_adam(
+        learning_rate=config.server_learning_rate, beta_1=config.server_momentum,
+        beta_2=0.999, epsilon=config.server_adam_epsilon)
+  else:
+    optimizer = tff.learning.optimizers.build_sgdm(
+        learning_rate=config.server_learning_rate,
+        momentum=config.server_momentum if config.server_momentum > 0 else None)
   if config.cooldown_rounds == 0:
     return optimizer
   start = float(config.rounds - config.cooldown_rounds)
@@ -209,8 +214,12 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   element_spec = task.train_data.create_tf_dataset_for_client(
       task.train_data.client_ids[0]).element_spec
   model_fn = client_work.model_fn(task, element_spec)
-  client_optimizer = tff.learning.optimizers.build_sgdm(
-      learning_rate=config.client_learning_rate)
+  if config.client_optimizer == "adam":
+    client_optimizer = tff.learning.optimizers.build_adam(
+        learning_rate=config.client_learning_rate)
+  else:
+    client_optimizer = tff.learning.optimizers.build_sgdm(
+        learning_rate=config.client_learning_rate)
   # The client loop iterates the dataset in a tf.while_loop instead of `dataset.reduce`: for
   # recurrent models TFF's default DATASET_REDUCE is several times slower in the C++ runtime
   # (100 LSTM clients: 20 s vs 3 s per round, docs/BENCHMARKS.md).
@@ -403,11 +412,12 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
         report = refresh_privacy()
         eps = None if report is None else report.epsilon
         outputs.progress(meter.line(rounds_done, eps, "eval " + ", ".join(
-            f"{k} {v:.4f}" for k, v in eval_metrics.items())))
+            f"{k} {v:.4f}" for k, v in eval_metrics.items()), tracker.report_accountant))
         last_progress = time.perf_counter()
       elif time.perf_counter() - last_progress > 10.0:
         outputs.progress(meter.line(
-            rounds_done, tracker.epsilon(participation.scheduler.realized())))
+            rounds_done, tracker.epsilon(participation.scheduler.realized()),
+            accountant=tracker.progress_accountant))
         last_progress = time.perf_counter()
       if rounds_done % config.checkpoint_every == 0 or is_last:
         save_checkpoint()

@@ -3,11 +3,15 @@
 The generative model (all draws from `np.random.default_rng([seed, stage])`):
 
 * `num_words` pseudo-words with Zipf weights (rank + 2.7)^(-zipf_exponent);
+* sparse successor tables (every word has `num_successors` likely next words, the k-th
+  with probability ∝ 1/(k + 1)): one shared by all subreddits (common phrases) and one per
+  subreddit (its jargon);
 * `num_subreddits` subreddits, each boosting its own random `topic_word_fraction` of the
-  words by `topic_word_boost` and with its own sparse successor table (every word has
-  `num_successors` likely next words), so the next word is learnable from the current one
-  and the subreddit: with probability `transition_weight` the next word follows the table,
-  else the subreddit's unigram distribution;
+  words by `topic_word_boost`. The next word follows the shared table with probability
+  `shared_transition_weight`, the subreddit's table with probability `transition_weight`,
+  else the subreddit's unigram distribution. So the next word is learnable from the current
+  one (the shared table, which a model meets often enough to learn in a short run) and
+  better still from the current one and the subreddit inferred from the words so far;
 * `num_authors` authors with log-normal (heavy-tailed) numbers of comments, mean
   `mean_comments_per_author`; each author prefers one or two subreddits; comment lengths
   are log-normal; comments end with "." or "?" most of the time;
@@ -35,7 +39,7 @@ import numpy as np
 
 from dp_fl import _checks
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dp_fl", "reddit_synthetic")
 FILENAME = "reddit_comments.jsonl.gz"
 _START_UTC = 1_420_070_400  # 2015-01-01.
@@ -54,8 +58,9 @@ class SyntheticConfig:
   zipf_exponent: float = 1.1
   topic_word_fraction: float = 0.1
   topic_word_boost: float = 20.0
-  num_successors: int = 4
-  transition_weight: float = 0.7
+  num_successors: int = 3
+  shared_transition_weight: float = 0.6
+  transition_weight: float = 0.2
   mean_comment_length: float = 25.0
   deleted_fraction: float = 0.03
   num_malformed_lines: int = 10
@@ -69,10 +74,16 @@ class SyntheticConfig:
     for name in ("mean_comments_per_author", "author_activity_sigma", "zipf_exponent",
                  "topic_word_boost", "mean_comment_length"):
       _checks.check_positive(name, getattr(self, name))
-    for name in ("topic_word_fraction", "transition_weight", "deleted_fraction"):
+    for name in ("topic_word_fraction", "shared_transition_weight", "transition_weight",
+                 "deleted_fraction"):
       v = _checks.check_nonnegative(name, getattr(self, name))
       if v > 1:
         raise ValueError(f"`{name}` must be in [0, 1]; got {v!r}.")
+    if self.shared_transition_weight + self.transition_weight > 1:
+      raise ValueError(
+          "`shared_transition_weight` + `transition_weight` must be at most 1 (the rest is "
+          f"the unigram draw); got {self.shared_transition_weight!r} + "
+          f"{self.transition_weight!r}.")
 
   def fingerprint(self) -> str:
     """A short hash of the parameters and `GENERATOR_VERSION`: the cache sub-directory."""
@@ -106,6 +117,9 @@ def _lines(config: SyntheticConfig) -> list[str]:
     unigram[s] = base * boost / np.sum(base * boost)
     # Successors drawn from the subreddit's unigram, so common words follow common words.
     successors[s] = rng.choice(c.num_words, (c.num_words, c.num_successors), p=unigram[s])
+  # The shared table: successors drawn from the plain Zipf weights.
+  shared_successors = rng.choice(c.num_words, (c.num_words, c.num_successors),
+                                 p=base / base.sum())
   slot_p = 1.0 / (np.arange(c.num_successors) + 1.0)
   slot_cdf = np.cumsum(slot_p / slot_p.sum())
   unigram_cdf = np.cumsum(unigram, axis=1)
@@ -129,7 +143,10 @@ def _lines(config: SyntheticConfig) -> list[str]:
       length = max(1, int(rng.lognormal(np.log(c.mean_comment_length) - 0.125, 0.5)))
       ids = [draw(unigram_cdf[s])]
       for _ in range(length - 1):
-        if rng.random() < c.transition_weight:
+        u = rng.random()
+        if u < c.shared_transition_weight:
+          ids.append(int(shared_successors[ids[-1], draw(slot_cdf)]))
+        elif u < c.shared_transition_weight + c.transition_weight:
           ids.append(int(successors[s, ids[-1], draw(slot_cdf)]))
         else:
           ids.append(draw(unigram_cdf[s]))

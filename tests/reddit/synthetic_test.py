@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from tasks.reddit import data
@@ -43,6 +44,28 @@ def test_loader_reads_it_with_counters_and_heavy_tails(tmp_path):
   assert summary.dropped["deleted_author"] > 0 and summary.dropped["automoderator"] > 0
   assert 5 <= len(splits.train) < _SMALL.num_authors and splits.num_too_small > 0
   assert splits.test
+
+
+def test_next_word_is_learnable_a_bigram_fit_on_train_beats_unigram_on_test(tmp_path):
+  from tasks.reddit import task as reddit_task  # pylint: disable=g-import-not-at-top
+  config = dict(synthetic_authors=300, synthetic_comments_per_author=20.0)
+  t = reddit_task.make_task(reddit_task.RedditSettings(
+      vocab_size=500, tokens_per_user=300, eval_users=100,
+      synthetic_cache_dir=str(tmp_path), **config))
+  ids = data.token_ids(500)
+  train = t.train_data
+  pairs = np.concatenate([
+      np.stack([x.numpy().ravel(), y.numpy().ravel()], axis=1)
+      for c in train.client_ids for x, y in train.create_tf_dataset_for_client(c)])
+  counts = np.zeros((ids.num_classes, ids.num_classes))
+  np.add.at(counts, (pairs[:, 0], pairs[:, 1]), 1)
+  successor = counts.argmax(axis=1)
+  x, y = (np.concatenate([a.numpy().ravel() for a in part])
+          for part in zip(*t.eval_dataset_fn()))
+  counted = y != ids.pad
+  bigram = np.mean((successor[x] == y)[counted] & (y[counted] != ids.unk))
+  unigram = t.baseline_metrics["unigram_accuracy_top1"]
+  assert bigram > 2.5 * unigram > 0
 
 
 def test_bad_config_is_a_clear_error():

@@ -40,6 +40,8 @@ def test_cooldown_schedule(tmp_path):
     (dict(participation="poisson"), "Poisson sampling gives variable cohorts"),
     (dict(on_nonfinite="ignore"), "`on_nonfinite` must be one of"),
     (dict(jit_compile=True), "worker_binary, which has no XLA device"),
+    (dict(server_optimizer="rmsprop"), "`server_optimizer` must be one of"),
+    (dict(server_adam_epsilon=0.0), "`server_adam_epsilon`"),
 ])
 def test_bad_values_are_clear_errors(tmp_path, changes, match):
   with pytest.raises(ValueError, match=match):
@@ -61,6 +63,15 @@ def test_resume_refuses_privacy_changes_but_allows_others(tmp_path):
     config_lib.save_or_check(_config(tmp_path, clip_norm=2.0, seed=1))
   with pytest.raises(ValueError, match="belongs to a run of task 'toy'"):
     config_lib.save_or_check(_config(tmp_path, task="other"))
+
+
+def test_resume_refuses_another_server_optimizer(tmp_path):
+  config_lib.save_or_check(_config(tmp_path))
+  with pytest.raises(ValueError, match=r"another server optimizer \(server_optimizer: 'sgdm' "
+                                       r"-> 'adam'\)"):
+    config_lib.save_or_check(_config(tmp_path, server_optimizer="adam"))
+  # Adam's epsilon or learning rate may change on resume (same state structure).
+  config_lib.save_or_check(_config(tmp_path, server_adam_epsilon=1e-2))
 
 
 def test_unreadable_saved_config_is_a_clear_error(tmp_path):

@@ -47,6 +47,8 @@ def test_progress_line():
   line = meter.line(10, 1.2345)
   assert line.startswith("round 10/100") and "ε so far 1.234" in line and "ETA" in line
   assert "ε so far inf" in meter.line(10, float("inf"))
+  # DP-FedAvg's progress uses the fast RDP bound and its reports the PLD: labelled.
+  assert "ε so far 1.234 (RDP)" in meter.line(10, 1.2345, accountant="RDP")
 
 
 if __name__ == "__main__":

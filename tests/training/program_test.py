@@ -90,6 +90,25 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_pa
   assert [int(r["round"]) for r in rows] == list(range(1, rounds + 1))
 
 
+def test_adam_server_optimizer_state_is_checkpointed_and_resumes_exactly(tmp_path):
+  adam = dict(server_optimizer="adam", server_learning_rate=0.05, server_adam_epsilon=1e-3)
+  straight = program.run(toy_task.make_task(), toy_program.toy_config(
+      str(tmp_path / "straight"), 6, "dpsgd", **adam))
+  assert straight.rounds_completed == 6
+  split = tmp_path / "split"
+  program.run(toy_task.make_task(), toy_program.toy_config(str(split), 3, "dpsgd", **adam))
+  program.run(toy_task.make_task(), toy_program.toy_config(str(split), 6, "dpsgd", **adam))
+  a, b = _final_arrays(tmp_path / "straight"), _final_arrays(split)
+  sgdm = program.run(toy_task.make_task(), toy_program.toy_config(
+      str(tmp_path / "sgdm"), 6, "dpsgd"))
+  assert sgdm.rounds_completed == 6
+  # Adam's two moment estimates make its state larger than SGD-with-momentum's.
+  assert len(a.arrays) > len(_final_arrays(tmp_path / "sgdm").arrays)
+  assert len(a.arrays) == len(b.arrays)
+  for x, y in zip(a.arrays, b.arrays):
+    assert np.array_equal(x, y)
+
+
 def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
   proc = _start(tmp_path, 200, "dpsgd", "--checkpoint_every=50")
   _wait_for_rows(proc, tmp_path, 2)
