@@ -51,12 +51,14 @@ from __future__ import annotations
 
 import bz2
 import collections
+import contextlib
 import dataclasses
 import gzip
 import hashlib
 import json
 import os
 import re
+import sqlite3
 import struct
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
@@ -445,6 +447,42 @@ def load_client_data(database_path: str, split: str = TRAIN, *,
                      "`make_sql_client_data` or `prepare`.")
   return tff.simulation.datasets.load_and_parse_sql_client_data(
       database_path, element_spec(unroll), split_name=split)
+
+
+def read_split_arrays(database_path: str, split: str = TRAIN, *,
+                      unroll: int = PAPER_UNROLL) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """Every client of a split of a `make_sql_client_data` database as (x, y) int64 arrays.
+
+  The same examples `load_client_data` yields, read with one SQL query and one batched
+  `tf.io.parse_example` instead of one query per client (TFF's per-client `SqlClientData`
+  dataset costs ~0.1 s, which dominates a round of small clients). Rows keep their stored
+  order (TFF's own reader orders a client's examples by rowid too). Keys: client ids
+  ("<split>/<author>"), sorted.
+  """
+  if split not in (TRAIN, TEST):
+    raise ValueError(f"`split` must be {TRAIN!r} or {TEST!r}; got {split!r}.")
+  database_path = os.fspath(database_path)
+  if not os.path.isfile(database_path):
+    raise ValueError(f"`database_path` {database_path!r} is not a file; build it with "
+                     "`make_sql_client_data` or `prepare`.")
+  spec = element_spec(unroll)
+  with contextlib.closing(sqlite3.connect(f"file:{database_path}?mode=ro", uri=True)) as db:
+    try:
+      rows = db.execute("SELECT client_id, serialized_example_proto FROM examples "
+                        "WHERE split_name = ? ORDER BY client_id, rowid", (split,)).fetchall()
+    except sqlite3.DatabaseError as e:
+      raise ValueError(f"{database_path!r} is not a dp_fl Reddit SqlClientData database "
+                       f"({e}); delete it to rebuild the cache.") from e
+  if not rows:
+    return {}
+  parsed = tf.io.parse_example(
+      tf.constant([r[1] for r in rows]),
+      {k: tf.io.FixedLenFeature(v.shape, v.dtype) for k, v in spec.items()})
+  x, y = parsed["x"].numpy(), parsed["y"].numpy()
+  ids = np.array([r[0] for r in rows])
+  starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+  ends = np.r_[starts[1:], len(ids)]
+  return {str(ids[a]): (x[a:b], y[a:b]) for a, b in zip(starts, ends)}
 
 
 def batch_dataset(dataset: tf.data.Dataset,

@@ -1,12 +1,14 @@
 """The Reddit next-word-prediction task of paper 001 (Sec. 3, App. B) for the training program.
 
 Data: Reddit comments as JSON lines (`--data_files`, plain / .gz / .bz2), or by default the
-synthetic corpus of `tasks/reddit/synthetic.py` (generated once and cached). The comments
-are read once (`data.read_comments`), grouped by author with random posts held out for the
-test set and the 1,600-token rule applied (`data.split_users`), a vocabulary counted
-(`data.build_vocab`), and each user cut into (x, y) windows (`data.user_windows`). The
-training clients are kept IN MEMORY as numpy arrays (`InMemoryClientData`): TFF's
-`SqlClientData` costs ~0.1 s per client dataset, which dominates a round of small clients.
+synthetic corpus of `tasks/reddit/synthetic.py` (generated once and cached). `data.prepare`
+converts them ONCE into a cached TFF `SqlClientData` database (comments read, grouped by
+author with random posts held out for the test set, the 1,600-token rule applied, a
+vocabulary counted, each user cut into (x, y) windows; `<prepared_cache_dir>/<fingerprint>/`),
+and later runs read that cache. The training clients are then held in memory
+(`InMemoryClientData`, loaded from the database in one query by `data.read_split_arrays`):
+TFF's per-client `SqlClientData` dataset costs ~0.1 s, which dominates a round of small
+clients.
 Model, loss and AccuracyTop1: `tasks/reddit/model.py` (tied unit-norm embeddings, re-projected
 after every server update through `Task.project_weights`; 1,346,528 parameters at the paper's
 sizes: vocabulary 10,000, embedding 96, LSTM 256).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import os
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -46,6 +49,8 @@ class RedditSettings:
     eval_batch_size: batch size of the evaluation dataset.
     synthetic_authors, synthetic_comments_per_author: size of the synthetic corpus.
     synthetic_cache_dir: where the synthetic corpus is cached (None: ~/.cache/dp_fl/...).
+    prepared_cache_dir: where the SqlClientData conversion is cached (None:
+      ~/.cache/dp_fl/reddit_prepared).
     seed: seeds the held-out split.
   """
   data_files: Optional[tuple[str, ...]] = None
@@ -61,6 +66,7 @@ class RedditSettings:
   synthetic_authors: int = 200
   synthetic_comments_per_author: float = 20.0
   synthetic_cache_dir: Optional[str] = None
+  prepared_cache_dir: Optional[str] = None
   seed: int = 0
 
   def __post_init__(self):
@@ -84,21 +90,23 @@ class RedditSettings:
 class InMemoryClientData:
   """A ClientData-like view of per-user (x, y) window arrays (sorted `client_ids`)."""
 
-  def __init__(self, windows: Mapping[str, np.ndarray], batch_size: int):
-    self._windows = dict(windows)
+  def __init__(self, arrays: Mapping[str, tuple[np.ndarray, np.ndarray]], batch_size: int):
+    self._arrays = dict(arrays)
     self._batch_size = _checks.check_positive_int("batch_size", batch_size)
-    self.client_ids = sorted(self._windows)
+    self.client_ids = sorted(self._arrays)
 
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
     """The client's (x, y) windows in stored order, batched (deterministic)."""
-    if client_id not in self._windows:
+    if client_id not in self._arrays:
       raise ValueError(f"Unknown client id {client_id!r}: not one of the "
                        f"{len(self.client_ids)} training users.")
-    w = self._windows[client_id]
-    return tf.data.Dataset.from_tensor_slices((w[:, :-1], w[:, 1:])).batch(self._batch_size)
+    return tf.data.Dataset.from_tensor_slices(self._arrays[client_id]).batch(self._batch_size)
 
   def num_windows(self, client_id: str) -> int:
-    return len(self._windows[client_id])
+    return len(self._arrays[client_id][0])
+
+
+DEFAULT_PREPARED_CACHE_DIR = os.path.join("~", ".cache", "dp_fl", "reddit_prepared")
 
 
 def data_files(settings: RedditSettings) -> tuple[str, ...]:
@@ -109,19 +117,6 @@ def data_files(settings: RedditSettings) -> tuple[str, ...]:
       num_authors=settings.synthetic_authors,
       mean_comments_per_author=settings.synthetic_comments_per_author)
   return (synthetic.ensure_corpus(config, cache_dir=settings.synthetic_cache_dir),)
-
-
-def _windows(users: Mapping[str, Sequence[Sequence[str]]], vocab: Sequence[str],
-             settings: RedditSettings, truncated: Optional[Mapping[str, bool]] = None
-             ) -> dict[str, np.ndarray]:
-  out = {}
-  for author in sorted(users):
-    w = data.user_windows(users[author], vocab, unroll=settings.unroll,
-                          vocab_size=settings.vocab_size,
-                          last_truncated=bool(truncated and truncated[author]))
-    if len(w):
-      out[author] = w
-  return out
 
 
 def unigram_accuracy(targets: np.ndarray, vocab_size: int) -> float:
@@ -138,21 +133,19 @@ def unigram_accuracy(targets: np.ndarray, vocab_size: int) -> float:
 def make_task(settings: RedditSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   paths = data_files(settings)
-  summary = data.ReadSummary()
-  splits = data.split_users(
-      data.read_comments(paths, summary), summary=summary,
-      tokens_per_user=settings.tokens_per_user, test_fraction=settings.test_fraction,
-      seed=settings.seed)
-  vocab = data.build_vocab(splits.train, settings.vocab_size)
-  train = _windows(splits.train, vocab, settings, splits.train_truncated)
-  test_users = sorted(splits.test)[:settings.eval_users]
-  test = _windows({a: splits.test[a] for a in test_users}, vocab, settings)
-  if not test:
+  prepared = data.prepare(
+      paths, settings.prepared_cache_dir or DEFAULT_PREPARED_CACHE_DIR,
+      vocab_size=settings.vocab_size, tokens_per_user=settings.tokens_per_user,
+      test_fraction=settings.test_fraction, seed=settings.seed, unroll=settings.unroll)
+  train = data.read_split_arrays(prepared.database_path, data.TRAIN, unroll=settings.unroll)
+  test = data.read_split_arrays(prepared.database_path, data.TEST, unroll=settings.unroll)
+  test_users = sorted(test)[:settings.eval_users]
+  if not test_users:
     raise ValueError(
         f"The test split of {list(paths)} has no windows (test_fraction="
         f"{settings.test_fraction}); pass more comments or a larger `test_fraction`.")
-  eval_windows = np.concatenate([test[a] for a in sorted(test)])
-  eval_x, eval_y = eval_windows[:, :-1], eval_windows[:, 1:]
+  eval_x = np.concatenate([test[a][0] for a in test_users])
+  eval_y = np.concatenate([test[a][1] for a in test_users])
 
   def eval_dataset_fn() -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((eval_x, eval_y)).batch(
@@ -171,7 +164,8 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
       baseline_metrics={f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y,
                                                                     settings.vocab_size)},
       project_weights=model.project_weights,
-      description=(f"Reddit next-word prediction ({source}; vocabulary {len(vocab)} of "
-                   f"{settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
+      description=(f"Reddit next-word prediction ({source}; vocabulary "
+                   f"{len(prepared.vocab)} of {settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
                    f"{len(train)} train users of {settings.tokens_per_user} tokens, "
-                   f"{len(eval_windows)} eval windows)"))
+                   f"{len(eval_x)} eval windows; SqlClientData cache "
+                   f"{prepared.database_path})"))

@@ -29,7 +29,8 @@ from dp_fl.training import cli
 
 TASK_FIELDS = ("data_files", "vocab_size", "tokens_per_user", "test_fraction", "unroll",
                "batch_size", "embedding_size", "lstm_size", "eval_users", "eval_batch_size",
-               "synthetic_authors", "synthetic_comments_per_author", "synthetic_cache_dir")
+               "synthetic_authors", "synthetic_comments_per_author", "synthetic_cache_dir",
+               "prepared_cache_dir")
 _INT_FIELDS = ("vocab_size", "tokens_per_user", "unroll", "batch_size", "embedding_size",
                "lstm_size", "eval_users", "eval_batch_size", "synthetic_authors")
 
@@ -38,7 +39,7 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # About 4 minutes on 2 CPU cores: a small tied-embedding LSTM over a 1000-word
     # vocabulary, ~1,900 synthetic users of 300 tokens, DP-FedAvg with Poisson sampling at
     # q = 100 / population, z = 0.7, S = 1. A 2-core quick job cannot use paper 001's
-    # C̃ = 5000, so the noise is large against the update (σS/C̃ · √d ≈ 1.3 for d ≈ 59k
+    # C̃ = 5000, so the noise is large against the update (σS/C̃ · √d ≈ 1.7 for d ≈ 59k
     # parameters); two choices make the model learn anyway (dp_fl/training/README.md):
     # local Adam (local SGD learns this model slowly: 0.04 after 20 non-private rounds,
     # Adam 0.19) and server momentum 0.9, which averages the noise over rounds.
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
   task_group.add_argument("--test_fraction", type=float, default=None)
   task_group.add_argument("--synthetic_comments_per_author", type=float, default=None)
   task_group.add_argument("--synthetic_cache_dir", default=None)
+  task_group.add_argument("--prepared_cache_dir", default=None,
+                          help="where the comments' SqlClientData conversion is cached "
+                               "(default ~/.cache/dp_fl/reddit_prepared)")
   cli.add_training_arguments(parser)
   return parser
 

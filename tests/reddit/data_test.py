@@ -160,6 +160,17 @@ def test_sql_client_data_round_trip(tmp_path):
   assert sorted(test.client_ids) == sorted(f"test/{u}" for u in splits.test)
   with pytest.raises(ValueError, match="split"):
     data.load_client_data(db, "heldout")
+  # The one-query reader the task uses yields exactly what TFF's reader yields.
+  for split, client_data in ((data.TRAIN, train), (data.TEST, test)):
+    arrays = data.read_split_arrays(db, split, unroll=4)
+    assert sorted(arrays) == sorted(client_data.client_ids)
+    for client_id, (x, y) in arrays.items():
+      elements = list(client_data.create_tf_dataset_for_client(client_id))
+      np.testing.assert_array_equal(x, np.stack([e["x"].numpy() for e in elements]))
+      np.testing.assert_array_equal(y, np.stack([e["y"].numpy() for e in elements]))
+  (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+  with pytest.raises(ValueError, match="not a dp_fl Reddit SqlClientData database"):
+    data.read_split_arrays(str(tmp_path / "junk.sqlite"))
 
 
 def test_prepare_caches(tmp_path):

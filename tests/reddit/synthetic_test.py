@@ -51,7 +51,8 @@ def test_next_word_is_learnable_a_bigram_fit_on_train_beats_unigram_on_test(tmp_
   config = dict(synthetic_authors=300, synthetic_comments_per_author=20.0)
   t = reddit_task.make_task(reddit_task.RedditSettings(
       vocab_size=500, tokens_per_user=300, eval_users=100,
-      synthetic_cache_dir=str(tmp_path), **config))
+      synthetic_cache_dir=str(tmp_path), prepared_cache_dir=str(tmp_path / "prepared"),
+      **config))
   ids = data.token_ids(500)
   train = t.train_data
   pairs = np.concatenate([

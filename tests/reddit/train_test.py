@@ -30,6 +30,7 @@ def test_train_dpfedavg_reports_privacy_and_keeps_unit_norm_embeddings(corpus, t
                                                                        capsys):
   root = tmp_path / "run"
   code = train.main([f"--data_files={corpus}", f"--root_dir={root}", "--rounds=3",
+                     f"--prepared_cache_dir={tmp_path / 'prepared'}",
                      "--format=json", *_TINY_FLAGS])
   out = capsys.readouterr().out
   assert code == 0, out
