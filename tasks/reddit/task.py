@@ -16,11 +16,10 @@ sizes: vocabulary 10,000, embedding 96, LSTM 256).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import os
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
