@@ -53,10 +53,21 @@ _guard_installed = False
 
 
 def _set_parent_death_signal() -> None:
-  """Runs in the forked child before exec: SIGKILL this process when its parent dies."""
+  """Runs in the forked child before exec: SIGKILL this process when its parent dies.
+
+  Also gives the worker the default SIGINT/SIGTERM action: a job started in the background
+  by a non-interactive shell (`nohup ... &`, `cmd &` in a script) inherits SIGINT *ignored*,
+  and TFF stops its worker with SIGINT and then waits for it without a time limit — the
+  job would hang at exit. (`signal.signal` cannot be used here: TFF may start the worker
+  from a non-main thread.)
+  """
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    libc.signal.restype = ctypes.c_void_p
+    for signum in (signal.SIGINT, signal.SIGTERM):
+      libc.signal(int(signum), None)  # SIG_DFL is the null handler.
   except (OSError, AttributeError):  # Not Linux: the atexit hook still applies.
     pass
   # Also leave the parent's process group, so a Ctrl-C in a terminal reaches only the parent,
@@ -219,8 +230,10 @@ def execution_context(
   try:
     yield
   finally:
-    stack.set_default_context(previous)
+    # Workers first: dropping the context runs TFF's ServiceManager.__del__, which signals
+    # its worker and waits for it with no time limit.
     shutdown_workers()
+    stack.set_default_context(previous)
 
 
 def _raise_system_exit(signum: int, frame) -> None:  # pylint: disable=unused-argument

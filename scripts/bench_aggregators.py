@@ -4,14 +4,18 @@ The update has the shapes of the StackOverflow next-word-prediction LSTM used by
 paper 004 (vocabulary 10000 + 4, embedding 96, LSTM 670, projection 96:
 4,050,748 parameters). For each preset (BLT with d buffers, BandMF, online
 TreeAgg, DP-SGD) and for TFF's non-private `UnweightedMeanFactory`, one
-aggregation round with `--clients` clients runs in TFF's local C++ runtime;
-reported: per-round wall time (median, p95), the overhead against the
-non-private mean, the size of the aggregator state (the noise buffers are
-`buffers` model copies plus the seed and round scalars), the time of the noise
-computation alone (`noise_step_ms`, in-graph) and of moving the state between
-Python and TFF's runtime (`state_roundtrip_ms`), which TFF's Python-driven
-loop does every round for any stateful aggregator (TFF's own tree aggregation
-included, reported as `tff_tree_aggregation`).
+aggregation round with `--clients` clients runs in TFF's local C++ runtime, with
+the state kept in the runtime between rounds as dp_fl's training loop keeps it
+(`dp_fl.training.resident`); the client updates are sent in from Python every
+round (10 x 16 MB), which a training round does not do (there the clients compute
+them inside the runtime). Reported: per-round wall time (median, p95), the
+overhead against the non-private mean, the size of the aggregator state (the
+noise buffers are `buffers` model copies plus the seed and round scalars), the
+time of the noise computation alone (`noise_step_ms`, in-graph) and of moving
+the state between Python and TFF's runtime (`state_roundtrip_ms`), which a loop
+calling `process.next` from Python pays every round (TFF's own tree aggregation
+is reported as `tff_tree_aggregation`). The aggregator's share of a training
+round is measured by `scripts/bench_training.py`.
 
 Goal (issue "TFF aggregators"): BLT d=4 adds <= 3 % to a 10-client round and its state
 is d model copies (plus scalars).
@@ -50,13 +54,17 @@ def _state_bytes(state) -> int:
 
 
 def _time_process(process, clients, rounds: int) -> tuple[dict, object]:
-  state = process.initialize()
-  state = process.next(state, clients).state  # warm-up (first call compiles/places)
+  """Rounds as dp_fl's training loop runs them: the state stays in TFF's worker."""
+  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
+  resident_process = resident.ResidentProcess(process, process.initialize())
+  resident_process.commit(resident_process.next(clients))  # warm-up (compiles, places)
   times = []
   for _ in range(rounds):
     t0 = time.perf_counter()
-    state = process.next(state, clients).state
+    resident_process.commit(resident_process.next(clients))
     times.append(time.perf_counter() - t0)
+  state = resident_process.state()
+  resident_process.close()
   ms = np.array(times) * 1e3
   return ({"rounds": rounds, "ms_per_round_p50": float(np.median(ms)),
            "ms_per_round_mean": float(ms.mean()),
@@ -66,8 +74,9 @@ def _time_process(process, clients, rounds: int) -> tuple[dict, object]:
 def _state_roundtrip_ms(process, state, rounds: int) -> float:
   """Median time of a TFF computation that only passes the aggregator state through.
 
-  TFF's Python-driven loop moves the whole state between Python and the C++ runtime every
-  round (for the model and optimizer state as well); this isolates that cost.
+  Calling `process.next(state, ...)` from Python moves the whole state between Python and
+  the C++ runtime every round (the model and optimizer state as well); this isolates that
+  cost, which dp_fl's training loop avoids (`dp_fl.training.resident`).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 

@@ -3,7 +3,9 @@
 Measures, for 10 clients per round (the same clients and batches every time):
   * a TFF round (dp_fl's learning process: FedAvg, client SGD, server SGD with momentum)
     with no privacy, with BLT-DP-FTRL (d = 4) and with DP-SGD noise — the aggregator's
-    share of a real training round (issue "TFF aggregators": BLT adds <= 3 %);
+    share of a real training round (issue "TFF aggregators": BLT adds <= 3 %) — driven as
+    dp_fl's training loop drives it (`ResidentProcess`: the state stays in TFF's worker) and,
+    for comparison, by calling `process.next(state, data)` from Python;
   * a plain TensorFlow loop doing the same client updates (SGD over the same batches) and
     the averaging, in one process (issue "training program": TFF >= 0.7x its speed);
   * the time and size of a training checkpoint (dp_fl.training.checkpoints) of the BLT run.
@@ -50,6 +52,7 @@ def main(argv=None) -> int:
   from dp_fl.training import checkpoints  # pylint: disable=g-import-not-at-top
   from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
 
   settings = so_task.StackOverflowSettings(max_elements_per_client=args.sentences_per_client,
@@ -73,10 +76,19 @@ def main(argv=None) -> int:
       process = program.build_learning_process(
           task, config, program.build_aggregator(config, mechanism, len(ids)))
       state = process.initialize()
-      seconds, times = _median_seconds(lambda: process.next(state, datasets), args.rounds)
-      report["tff"][name] = {"seconds_per_round": seconds, "times": times}
+      # dp_fl's training loop: the state stays in TFF's worker between rounds.
+      resident_process = resident.ResidentProcess(process, state)
+      seconds, times = _median_seconds(
+          lambda: resident_process.commit(resident_process.next(datasets)), args.rounds)
+      # Calling `process.next` from Python: the state crosses into and out of the worker.
+      python_seconds, python_times = _median_seconds(
+          lambda: process.next(state, datasets), args.rounds)
+      report["tff"][name] = {"seconds_per_round": seconds, "times": times,
+                             "python_driven_seconds_per_round": python_seconds,
+                             "python_driven_times": python_times}
       if name == "blt":
-        blt_state, blt_process = state, process
+        blt_state, blt_process = resident_process.state(), process
+      resident_process.close()
     num_params = int(sum(np.prod(w.shape) for w in
                          blt_process.get_model_weights(blt_state).trainable))
     report["parameters"] = num_params

@@ -58,12 +58,26 @@ def _wait_until_gone(pid: int, timeout: float = 15.0) -> bool:
   return False
 
 
-def _start(mode: str) -> tuple[subprocess.Popen, int, int]:
-  """Starts the program; returns it, its pid and its worker's pid once READY."""
+def _ignore_sigint() -> None:
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _ignored_signals(pid: int) -> int:
+  with open(f"/proc/{pid}/status", encoding="ascii") as f:
+    return int(next(l for l in f if l.startswith("SigIgn:")).split()[1], 16)
+
+
+def _start(mode: str, sigint_ignored: bool = False) -> tuple[subprocess.Popen, int, int]:
+  """Starts the program; returns it, its pid and its worker's pid once READY.
+
+  `sigint_ignored` starts it the way a non-interactive shell starts a background job
+  (`nohup cmd &`): with SIGINT ignored, which its children inherit.
+  """
   env = dict(os.environ, PYTHONPATH=_ROOT)
   proc = subprocess.Popen(
       [sys.executable, "-m", "tests.runtime.lifecycle_program", mode],
-      cwd=_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      cwd=_ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, preexec_fn=_ignore_sigint if sigint_ignored else None)
   line = proc.stdout.readline()
   if not line.startswith("READY"):
     proc.kill()
@@ -119,6 +133,17 @@ def test_execution_context_stops_its_worker_on_close():
   assert proc.returncode == 0, err[-3000:]
   assert out.strip() == "CLOSED", out
   assert not _is_live_worker(worker)
+
+
+@pytest.mark.parametrize("mode", ["context", "exit"])
+def test_background_job_with_sigint_ignored_still_stops_its_worker(mode):
+  proc, pid, worker = _start(mode, sigint_ignored=True)
+  assert _ignored_signals(pid) & (1 << (signal.SIGINT - 1)), "the program must ignore SIGINT"
+  assert not _ignored_signals(worker) & (1 << (signal.SIGINT - 1)), (
+      "the worker must not inherit the ignored SIGINT: TFF stops it with SIGINT")
+  _, err = _finish(proc)  # Times out if the exit hangs waiting for the worker.
+  assert proc.returncode == 0, err[-3000:]
+  assert _wait_until_gone(worker)
 
 
 if __name__ == "__main__":
