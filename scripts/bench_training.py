@@ -62,6 +62,7 @@ def main(argv=None) -> int:
   datasets = [task.train_data.create_tf_dataset_for_client(c) for c in ids]
   batches = [list(ds) for ds in datasets]
   report = {"clients": args.clients, "sentences_per_client": args.sentences_per_client,
+            "batches_per_round": sum(len(b) for b in batches),
             "platform": platform.platform(), "cpu_count": os.cpu_count(), "tff": {}}
   root = tempfile.mkdtemp(prefix="dp_fl_bench_training_")
   mechanisms = {"none": None, "dpsgd": catalog.DpSgdMechanism(),

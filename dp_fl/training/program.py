@@ -209,31 +209,55 @@ def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clie
 
 def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
                            aggregator: Any):
-  """FedAvg with the run's aggregator, client SGD and server SGD with momentum."""
+  """FedAvg (paper 004 Alg. 1, paper 001 Alg. 1) with the run's aggregator and optimizers.
+
+  Composed from TFF's own templates as `tff.learning.algorithms.build_weighted_fed_avg`
+  composes them — broadcast, model-delta client work, the aggregator, the server optimizer —
+  with one difference: the client work builds its model without running the variable
+  initializers (`client_work.model_fn(initialize=False)`), which TFF's runtime would otherwise
+  run on every client call only to overwrite them with the broadcast weights. The initial
+  global model is built with the real initializers. DP-FedAvg weights clients by their number
+  of examples (its aggregator turns them into w_k = min(n_k / ŵ, 1)); DP-FTRL and
+  no-privacy runs are unweighted (each client counts once, the fixed denominator of
+  paper 004 Eq. 1).
+  """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from dp_fl.training import client_work  # pylint: disable=g-import-not-at-top
   element_spec = task.train_data.create_tf_dataset_for_client(
       task.train_data.client_ids[0]).element_spec
-  model_fn = client_work.model_fn(task, element_spec)
+  initial_model_fn = client_work.model_fn(task, element_spec)
+  training_model_fn = client_work.model_fn(task, element_spec, initialize=False)
   if config.client_optimizer == "adam":
     client_optimizer = tff.learning.optimizers.build_adam(
         learning_rate=config.client_learning_rate)
   else:
     client_optimizer = tff.learning.optimizers.build_sgdm(
         learning_rate=config.client_learning_rate)
+
+  @tff.tensorflow.computation
+  def initial_model_weights():
+    return tff.learning.models.ModelWeights.from_model(initial_model_fn())
+
+  weights_type = initial_model_weights.type_signature.result
+  if config.mechanism == "dpfedavg":
+    weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
+    weighted_aggregator = aggregator
+  else:
+    weighting = tff.learning.ClientWeighting.UNIFORM
+    weighted_aggregator = tff.aggregators.as_weighted_aggregator(aggregator)
   # The client loop iterates the dataset in a tf.while_loop instead of `dataset.reduce`: for
   # recurrent models TFF's default DATASET_REDUCE is several times slower in the C++ runtime
   # (100 LSTM clients: 20 s vs 3 s per round, docs/BENCHMARKS.md).
-  loop = tff.learning.LoopImplementation.DATASET_ITERATOR
-  if config.mechanism == "dpfedavg":
-    return tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn=client_optimizer,
-        server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator,
-        loop_implementation=loop)
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=_server_optimizer(config), model_aggregator=aggregator,
-      loop_implementation=loop)
+  work = tff.learning.templates.build_model_delta_client_work(
+      training_model_fn, client_optimizer, weighting,
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      work,
+      weighted_aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(_server_optimizer(config),
+                                                             weights_type))
 
 
 def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
