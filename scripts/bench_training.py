@@ -10,8 +10,11 @@ Measures, for 10 clients per round (the same clients and batches every time):
     the averaging, in one process (issue "training program": TFF >= 0.7x its speed);
   * the time and size of a training checkpoint (dp_fl.training.checkpoints) of the BLT run.
 
-Run: ``.venv/bin/python -m scripts.bench_training [--clients 10 --rounds 3
---sentences_per_client 16]`` (synthetic corpus, model at the paper's sizes).
+Run: ``.venv/bin/python -m scripts.bench_training [--clients 10 --rounds 8
+--local_batches 16]`` (synthetic corpus, model at the paper's sizes). Each client takes
+`--local_batches` SGD steps on batches of 16 sentences: 16 is the work of a paper 004
+StackOverflow client (up to 256 sentences, batch 16, one epoch), 1 the worst case for any
+per-round overhead. Rounds of all settings are timed interleaved (see `_interleaved_seconds`).
 """
 
 from __future__ import annotations
@@ -28,21 +31,47 @@ import numpy as np
 from dp_fl import runtime
 
 
-def _median_seconds(fn, rounds: int) -> tuple[float, list[float]]:
-  fn()  # warm-up: traces, compiles, places
-  times = []
-  for _ in range(rounds):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return float(np.median(times)), times
+def _seconds(fn) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def _interleaved_seconds(steps: dict, rounds: int) -> dict[str, list[float]]:
+  """Times `rounds` calls of every step, interleaved (the order rotates each round).
+
+  On a shared 2-core machine a round's time drifts by ±30 % over minutes; timing the settings
+  in turn, round by round, exposes them to the same drift, and the per-round ratios between
+  settings are far steadier than ratios of separately timed medians.
+  """
+  for step in steps.values():
+    step()  # warm-up: traces, compiles, places
+  times = {name: [] for name in steps}
+  names = list(steps)
+  for r in range(rounds):
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      times[name].append(_seconds(steps[name]))
+  return times
+
+
+def _ratio_summary(numerator: list[float], denominator: list[float]) -> dict[str, float]:
+  ratios = np.array(numerator) / np.array(denominator)
+  return {"median": float(np.median(ratios)), "min": float(ratios.min()),
+          "max": float(ratios.max())}
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--clients", type=int, default=10)
-  parser.add_argument("--rounds", type=int, default=3, help="timed rounds per setting")
-  parser.add_argument("--sentences_per_client", type=int, default=16)
+  parser.add_argument("--rounds", type=int, default=8,
+                      help="timed rounds per setting (interleaved)")
+  parser.add_argument("--python_rounds", type=int, default=2,
+                      help="timed rounds driven by process.next from Python, per setting")
+  parser.add_argument("--sentences_per_client", type=int, default=16,
+                      help="distinct sentences per client (one batch of 16)")
+  parser.add_argument("--local_batches", type=int, default=16,
+                      help="local SGD steps per client; 16 = paper 004's StackOverflow clients "
+                           "(up to 256 sentences, batch 16); 1 = the worst case for overheads")
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
@@ -59,36 +88,49 @@ def main(argv=None) -> int:
                                            eval_clients=10)
   task = so_task.make_task(settings)
   ids = list(task.train_data.client_ids[:args.clients])
-  datasets = [task.train_data.create_tf_dataset_for_client(c) for c in ids]
+  # Every client runs exactly --local_batches steps (its batches, repeated as needed).
+  datasets = [task.train_data.create_tf_dataset_for_client(c).repeat().take(args.local_batches)
+              for c in ids]
   batches = [list(ds) for ds in datasets]
   report = {"clients": args.clients, "sentences_per_client": args.sentences_per_client,
+            "local_batches": args.local_batches,
             "batches_per_round": sum(len(b) for b in batches),
             "platform": platform.platform(), "cpu_count": os.cpu_count(), "tff": {}}
   root = tempfile.mkdtemp(prefix="dp_fl_bench_training_")
   mechanisms = {"none": None, "dpsgd": catalog.DpSgdMechanism(),
                 "blt": catalog.BltMechanism(blt.PUBLISHED_BLTS[400])}
-  blt_state = blt_process = None
+  processes, residents = {}, {}
   with runtime.execution_context():
     for name, mechanism in mechanisms.items():
       config = config_lib.TrainingConfig(
           task=task.name, root_dir=os.path.join(root, name), rounds=100,
           clients_per_round=args.clients, mechanism=name, noise_multiplier=1.0,
           participation="uniform")
-      process = program.build_learning_process(
+      processes[name] = program.build_learning_process(
           task, config, program.build_aggregator(config, mechanism, len(ids)))
-      state = process.initialize()
       # dp_fl's training loop: the state stays in TFF's worker between rounds.
-      resident_process = resident.ResidentProcess(process, state)
-      seconds, times = _median_seconds(
-          lambda: resident_process.commit(resident_process.next(datasets)), args.rounds)
-      # Calling `process.next` from Python: the state crosses into and out of the worker.
-      python_seconds, python_times = _median_seconds(
-          lambda: process.next(state, datasets), args.rounds)
-      report["tff"][name] = {"seconds_per_round": seconds, "times": times,
-                             "python_driven_seconds_per_round": python_seconds,
-                             "python_driven_times": python_times}
-      if name == "blt":
-        blt_state, blt_process = resident_process.state(), process
+      residents[name] = resident.ResidentProcess(processes[name], processes[name].initialize())
+
+    def resident_round(name):
+      return lambda: residents[name].commit(residents[name].next(datasets))
+
+    steps = {name: resident_round(name) for name in mechanisms}
+    steps["plain_tf"] = _plain_tf_round(task, batches)
+    times = _interleaved_seconds(steps, args.rounds)
+    for name in mechanisms:
+      # Calling `process.next(state, data)` from Python instead: the state crosses into and
+      # out of the worker every round.
+      state = residents[name].state()
+      python_times = _interleaved_seconds(
+          {name: lambda: processes[name].next(state, datasets)}, args.python_rounds)[name]
+      report["tff"][name] = {
+          "seconds_per_round": float(np.median(times[name])), "times": times[name],
+          "python_driven_seconds_per_round": float(np.median(python_times)),
+          "python_driven_times": python_times}
+    report["plain_tf"] = {"seconds_per_round": float(np.median(times["plain_tf"])),
+                          "times": times["plain_tf"]}
+    blt_process, blt_state = processes["blt"], residents["blt"].state()
+    for resident_process in residents.values():
       resident_process.close()
     num_params = int(sum(np.prod(w.shape) for w in
                          blt_process.get_model_weights(blt_state).trainable))
@@ -103,7 +145,28 @@ def main(argv=None) -> int:
                             "restore_seconds": time.perf_counter() - start,
                             "contents": "model, server momentum, BLT state (4 buffers)"}
 
-  # The same client updates and averaging in plain TensorFlow.
+  speed = _ratio_summary(times["plain_tf"], times["none"])
+  blt_ratio = _ratio_summary(times["blt"], times["none"])
+  dpsgd_ratio = _ratio_summary(times["dpsgd"], times["none"])
+  report["goals"] = {
+      "tff_speed_relative_to_plain_tf": speed["median"],
+      "tff_speed_relative_to_plain_tf_range": [speed["min"], speed["max"]],
+      "tff_speed_goal": 0.7,
+      "blt_overhead_percent": 100.0 * (blt_ratio["median"] - 1.0),
+      "blt_overhead_percent_range": [100.0 * (blt_ratio["min"] - 1.0),
+                                     100.0 * (blt_ratio["max"] - 1.0)],
+      "blt_overhead_seconds": float(np.median(np.array(times["blt"]) -
+                                              np.array(times["none"]))),
+      "dpsgd_overhead_percent": 100.0 * (dpsgd_ratio["median"] - 1.0),
+      "blt_overhead_goal_percent": 3.0,
+  }
+  print(json.dumps(report, indent=1))
+  return 0
+
+
+def _plain_tf_round(task, batches):
+  """One round of the same client updates (SGD over the same batches) and averaging in TF."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   keras_model = task.keras_model_fn()
   loss_fn = task.loss_fn()
   optimizer = tf.keras.optimizers.SGD(0.5)
@@ -128,18 +191,7 @@ def main(argv=None) -> int:
     for g, t in zip(global_weights, total):
       g.assign_add(t / len(batches))
 
-  seconds, times = _median_seconds(plain_round, args.rounds)
-  report["plain_tf"] = {"seconds_per_round": seconds, "times": times}
-  none_s = report["tff"]["none"]["seconds_per_round"]
-  blt_s = report["tff"]["blt"]["seconds_per_round"]
-  report["goals"] = {
-      "tff_speed_relative_to_plain_tf": seconds / none_s,
-      "tff_speed_goal": 0.7,
-      "blt_overhead_percent": 100.0 * (blt_s / none_s - 1.0),
-      "blt_overhead_goal_percent": 3.0,
-  }
-  print(json.dumps(report, indent=1))
-  return 0
+  return plain_round
 
 
 if __name__ == "__main__":
