@@ -96,9 +96,9 @@ def _state_roundtrip_ms(process, state, rounds: int) -> float:
 def _noise_step_ms(noise_gen, rounds: int) -> float:
   """Median in-graph time of one round's noise (fresh Gaussians + streaming step), all tensors.
 
-  This is the work the DP-FTRL aggregator adds inside TFF's server computation; it excludes
-  moving the state between Python and TFF's runtime, which TFF's Python-driven loop does for
-  every aggregator state (and the model) each round.
+  This is the work the DP-FTRL aggregator adds inside TFF's server computation (the state
+  stays in TFF's runtime between rounds in dp_fl's training loop, so nothing else is added
+  for the buffers).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from dp_fl.aggregators import noise  # pylint: disable=g-import-not-at-top
