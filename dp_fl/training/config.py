@@ -16,9 +16,14 @@ from typing import Any, Mapping, Optional
 
 from dp_fl import _checks
 
-MECHANISMS = ("blt", "bandmf", "tree", "dpsgd", "dpfedavg", "none")
+MECHANISMS = ("blt", "bandmf", "tree", "dpsgd", "dpfedavg", "none", "clip")
 """`--mechanism`: DP-FTRL with BLT / BandMF / online TreeAgg / C = I (paper 004, Alg. 1),
-DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy."""
+DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy: `none` (plain
+FedAvg) or `clip` (each client update clipped to ζ, no noise: the non-private run that
+isolates what the noise costs, and stays stable at the learning rates tuned for clipped
+updates)."""
+
+NONPRIVATE_MECHANISMS = ("none", "clip")
 
 PARTICIPATIONS = ("device_timer", "min_sep_rounds", "poisson", "balls_in_bins", "uniform",
                   "cyclic")
@@ -146,10 +151,10 @@ class TrainingConfig:
     _one_of("availability", self.availability, ("always", "diurnal"))
     _checks.check_positive("clip_norm", self.clip_norm)
     _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
-    if self.mechanism not in ("none",) and self.noise_multiplier == 0:
+    if self.mechanism not in NONPRIVATE_MECHANISMS and self.noise_multiplier == 0:
       raise ValueError(
           f"`noise_multiplier` must be > 0 for --mechanism={self.mechanism} (σ = 0 gives no "
-          "privacy); use --mechanism=none for non-private training.")
+          "privacy); use --mechanism=none or --mechanism=clip for non-private training.")
     for name in ("timer_hours", "round_hours", "client_learning_rate", "server_learning_rate"):
       _checks.check_positive(name, getattr(self, name))
     if not 0 <= self.server_momentum < 1:
@@ -210,7 +215,7 @@ class TrainingConfig:
 
   @property
   def is_private(self) -> bool:
-    return self.mechanism != "none"
+    return self.mechanism not in NONPRIVATE_MECHANISMS
 
   def server_learning_rate_at(self, round_index: int) -> float:
     """Server lr of round t (0-based): constant, then a linear cooldown (paper 004, ref. [8])."""

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import report as report_lib
 from dp_fl.participation import ledger as ledger_lib
+from dp_fl.training import config as config_lib
 
 
 def participation_from_realized(realized: ledger_lib.RealizedParticipation
@@ -49,7 +50,7 @@ class PrivacyTracker:
 
   def report(self, realized: ledger_lib.RealizedParticipation) -> Optional[Any]:
     """The privacy report after the rounds in `realized`; None when nothing is private."""
-    if self._name == "none":
+    if self._name in config_lib.NONPRIVATE_MECHANISMS:
       return None
     if self._name == "dpfedavg":
       if realized.num_rounds == 0:
@@ -80,7 +81,7 @@ class PrivacyTracker:
     For DP-FedAvg this uses the RDP accountant (fast, a valid upper bound); the reports use
     the tighter PLD.
     """
-    if self._name == "none":
+    if self._name in config_lib.NONPRIVATE_MECHANISMS:
       return math.inf
     if self._name == "dpfedavg":
       if realized.num_rounds == 0:

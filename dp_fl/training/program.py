@@ -195,6 +195,9 @@ def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clie
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   if config.mechanism == "none":
     return tff.aggregators.UnweightedMeanFactory()
+  if config.mechanism == "clip":
+    return tff.aggregators.clipping_factory(config.clip_norm,
+                                            tff.aggregators.UnweightedMeanFactory())
   if config.mechanism == "dpfedavg":
     from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
     q = config.population_sampling_rate or config.clients_per_round / num_clients
@@ -512,9 +515,9 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   """
   from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
   from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
-  if config.mechanism == "none":
-    raise ValueError("`--calibrate_epsilon` needs a private mechanism; --mechanism=none has "
-                     "no noise to calibrate.")
+  if not config.is_private:
+    raise ValueError("`--calibrate_epsilon` needs a private mechanism; "
+                     f"--mechanism={config.mechanism} has no noise to calibrate.")
   if config.mechanism == "dpfedavg":
     if config.population_sampling_rate is None:
       raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q) so the "

@@ -1,6 +1,6 @@
 """Compares the mechanisms at one target ε on StackOverflow (synthetic by default).
 
-For each mechanism (default: none, dpsgd, tree, bandmf, blt) the noise multiplier is
+For each mechanism (default: none, clip, dpsgd, tree, bandmf, blt) the noise multiplier is
 calibrated so the *planned* schedule (rounds, min-sep, max participations of the preset)
 reaches the target ε at δ, the same training job runs, and the final held-out accuracy and
 the ε of the *realized* participation are collected into a table (JSON + Markdown).
@@ -8,7 +8,9 @@ the ε of the *realized* participation are collected into a table (JSON + Markdo
   ./bazelw run //tasks/stackoverflow:compare -- --calibrate_epsilon=8 --out_dir=/tmp/so_cmp
   .venv/bin/python -m tasks.stackoverflow.compare --mechanisms=dpsgd,blt --rounds=40
 
-Every flag of tasks/stackoverflow/train.py applies (preset, data, model, training).
+Every flag of tasks/stackoverflow/train.py applies (preset, data, model, training). The two
+non-private rows bracket the noise's cost: `none` is plain FedAvg (no clipping), `clip`
+clips each update to ζ like the private runs but adds no noise.
 
 Unless --data_dir is given the numbers are on the SYNTHETIC corpus: they compare mechanisms
 with each other, not with the paper's accuracies on the real StackOverflow data.
@@ -25,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 from dp_fl import runtime
 
-DEFAULT_MECHANISMS = ("none", "dpsgd", "tree", "bandmf", "blt")
+DEFAULT_MECHANISMS = ("none", "clip", "dpsgd", "tree", "bandmf", "blt")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -82,7 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       for mechanism in mechanisms:
         config = base.replace(mechanism=mechanism,
                               root_dir=os.path.join(args.out_dir, mechanism))
-        if mechanism != "none":
+        if config.is_private:
           config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
               config, args.calibrate_epsilon))
         print(f"== {mechanism}: noise multiplier {config.noise_multiplier:.4g}", flush=True)
@@ -90,7 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         metrics = result.eval_metrics
         rows.append({
             "mechanism": mechanism,
-            "noise_multiplier": None if mechanism == "none" else config.noise_multiplier,
+            "noise_multiplier": config.noise_multiplier if config.is_private else None,
             "accuracy": metrics.get("accuracy", float("nan")),
             "accuracy_no_oov_eos": metrics.get(
                 "accuracy_without_out_of_vocab_or_end_of_sentence", float("nan")),

@@ -82,3 +82,12 @@ def test_unreadable_saved_config_is_a_clear_error(tmp_path):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("mechanism", ["none", "clip"])
+def test_nonprivate_mechanisms_need_no_noise(tmp_path, mechanism):
+  config = _config(tmp_path, mechanism=mechanism, noise_multiplier=0.0)
+  assert not config.is_private
+  assert _config(tmp_path, mechanism="dpsgd").is_private
+  with pytest.raises(ValueError, match="--mechanism=none or --mechanism=clip"):
+    _config(tmp_path, mechanism="dpsgd", noise_multiplier=0.0)

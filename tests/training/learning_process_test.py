@@ -69,3 +69,20 @@ def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
                           reference.get_model_weights(reference_state).trainable)
   assert output.metrics["client_work"]["train"]["loss"] == (
       reference_output.metrics["client_work"]["train"]["loss"])
+
+
+def test_clip_mechanism_is_the_clipped_mean_without_noise(tmp_path):
+  config = config_lib.TrainingConfig(
+      task="toy", root_dir=str(tmp_path), rounds=5, clients_per_round=3, mechanism="clip",
+      noise_multiplier=0.0, clip_norm=1.0, participation="uniform")
+  value_type = tff.TensorType(np.float32, (2,))
+  process = program.build_aggregator(config, program.build_mechanism(config), 3).create(
+      value_type)
+  updates = [np.array([3.0, 4.0], np.float32), np.array([0.3, 0.4], np.float32),
+             np.array([0.0, -2.0], np.float32)]
+  output = process.next(process.initialize(), updates)
+  # Norms 5, 0.5 and 2 are clipped to 1, 0.5 and 1; the mean divides by the 3 clients.
+  expected = (np.array([0.6, 0.8]) + np.array([0.3, 0.4]) + np.array([0.0, -1.0])) / 3
+  np.testing.assert_allclose(output.result, expected, rtol=1e-6)
+  assert output.measurements["clipped_count"] == 2
+  assert output.measurements["clipping_norm"] == 1.0
