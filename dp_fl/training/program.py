@@ -196,8 +196,15 @@ def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clie
   if config.mechanism == "none":
     return tff.aggregators.UnweightedMeanFactory()
   if config.mechanism == "clip":
-    return tff.aggregators.clipping_factory(config.clip_norm,
-                                            tff.aggregators.UnweightedMeanFactory())
+    # The DP-FTRL presets' guard stack without the noise. The zeroing step matters: a client
+    # whose local training blew up to huge finite values has an infinite L2 norm, and
+    # `tf.clip_by_global_norm` (TFF's clipping) turns such an update into NaNs.
+    from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
+    from dp_fl.aggregators import guards  # pylint: disable=g-import-not-at-top
+    return guards.nonfinite_zeroing_factory(tff.aggregators.zeroing_factory(
+        dp_ftrl.DEFAULT_ZEROING_MULTIPLE * config.clip_norm,
+        tff.aggregators.clipping_factory(config.clip_norm,
+                                         tff.aggregators.UnweightedMeanFactory())))
   if config.mechanism == "dpfedavg":
     from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
     q = config.population_sampling_rate or config.clients_per_round / num_clients

@@ -84,5 +84,14 @@ def test_clip_mechanism_is_the_clipped_mean_without_noise(tmp_path):
   # Norms 5, 0.5 and 2 are clipped to 1, 0.5 and 1; the mean divides by the 3 clients.
   expected = (np.array([0.6, 0.8]) + np.array([0.3, 0.4]) + np.array([0.0, -1.0])) / 3
   np.testing.assert_allclose(output.result, expected, rtol=1e-6)
-  assert output.measurements["clipped_count"] == 2
-  assert output.measurements["clipping_norm"] == 1.0
+  clipping = output.measurements["nonfinite"]["zeroing"]
+  assert clipping["clipped_count"] == 2
+
+  # A finite update whose norm overflows float32 (a client that blew up) is zeroed, not turned
+  # into NaNs by tf.clip_by_global_norm; a NaN update is zeroed too.
+  blown_up = [np.array([3e38, 3e38], np.float32), np.array([np.nan, 0.0], np.float32),
+              np.array([0.0, -2.0], np.float32)]
+  output = process.next(process.initialize(), blown_up)
+  np.testing.assert_allclose(output.result, np.array([0.0, -1.0]) / 3, rtol=1e-6)
+  assert output.measurements["nonfinite"]["zeroed_count"] == 1
+  assert output.measurements["nonfinite_count"] == 1
