@@ -32,12 +32,10 @@ than 20 words.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import logging
 import os
 import sqlite3
-import tempfile
 import urllib.parse
 from typing import Any, Mapping, Optional, Sequence
 
@@ -426,18 +424,8 @@ def read_word_counts(path: str, max_words: Optional[int] = None) -> dict[str, in
 
 def write_word_counts(path: str, counts: Mapping[str, int]) -> None:
   """Writes `counts` (in order) as `WORD COUNT` lines, atomically (temp file + rename)."""
-  path = os.fspath(path)
-  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                             dir=os.path.dirname(os.path.abspath(path)))
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.writelines(f"{word} {count}\n" for word, count in counts.items())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    raise
+  synthetic.atomic_write_text(
+      os.fspath(path), "".join(f"{word} {count}\n" for word, count in counts.items()))
 
 
 def count_train_words(data_dir: str) -> dict[str, int]:

@@ -411,8 +411,9 @@ def _all_rows(config: SyntheticConfig) -> Iterator[tuple[str, list, list]]:
                                   [config.seed, 5])))
 
 
-def _atomic_write_text(path: str, text: str) -> None:
-  directory = os.path.dirname(path)
+def atomic_write_text(path: str, text: str) -> None:
+  """Writes `text` to `path` as UTF-8, atomically (temp file in the same directory + rename)."""
+  directory = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                              dir=directory)
   try:
@@ -481,7 +482,7 @@ def generate(config: SyntheticConfig, directory: str) -> str:
       os.fsync(f.fileno())
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is ordinary data.
     summary["generation_seconds"] = round(time.monotonic() - start, 3)
-    _atomic_write_text(os.path.join(directory, CONFIG_FILENAME),
+    atomic_write_text(os.path.join(directory, CONFIG_FILENAME),
                        json.dumps(summary, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
   except BaseException:
