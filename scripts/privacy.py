@@ -9,9 +9,14 @@ DP-FedAvg with Poisson user sampling (paper 001):
   .venv/bin/python -m scripts.privacy --sampling=poisson --population=763430 \
       --clients_per_round=5000 --rounds=5000 --noise_multiplier=1.0 --delta=1e-9
 
-Balls-in-bins batching, Monte Carlo σ calibration (paper 003):
+Balls-in-bins batching, σ released by Estimate-Verify-Release (paper 003, Alg. 1-2):
   .venv/bin/python -m scripts.privacy --sampling=balls_in_bins --epochs=16 \
-      --batches_per_epoch=128 --mechanism=blt --target_epsilon=1 --delta=8e-6
+      --batches_per_epoch=128 --mechanism=blt --target_epsilon=1 --delta=1e-5
+  σ is calibrated by Monte Carlo (Alg. 2) on one seed to δ_verify / (1 + margin)
+  (δ_verify = 0.8 δ by default), then verified on a fresh sample from an independent seed
+  (δ̂ <= δ_verify with the sample size of Thm 2.1) and printed only if verification passes;
+  otherwise the script exits with status 1 and says what to change. Seeds come from OS
+  entropy unless --seed is given (reproducible research runs); both are printed.
 
 Prints a table by default, JSON with --format=json; --report_out=FILE.md also writes the
 App. C privacy report (matrix mechanisms).
@@ -20,15 +25,60 @@ App. C privacy report (matrix mechanisms).
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
+import math
 import sys
 import warnings
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
+
+
+class VerificationFailedError(Exception):
+  """Estimate-Verify-Release (paper 003, Alg. 1) returned ⊥: no σ may be released."""
+
+
+# Calibration targets δ_cal = δ_verify / (1 + margin), so that the fresh verification
+# estimate (Monte Carlo error of a few % at the Thm 2.1 sample size) stays below δ_verify.
+DEFAULT_CALIBRATION_MARGIN = 0.2
+# Significant digits of a released σ (rounded UP, then verified as printed).
+_SIGMA_DIGITS = 6
+
+
+def _round_up(x: float, digits: int = _SIGMA_DIGITS) -> float:
+  """Smallest float printed with `digits` significant digits that is >= x."""
+  q = decimal.Decimal(repr(x))
+  exponent = q.adjusted() - digits + 1
+  up = q.quantize(decimal.Decimal(1).scaleb(exponent), rounding=decimal.ROUND_CEILING)
+  out = float(up)
+  return out if out >= x else math.nextafter(out, math.inf)
+
+
+def accounting_seeds(seed: Optional[int]) -> tuple[int, int]:
+  """(calibration seed, verification seed) for balls-in-bins Monte Carlo accounting.
+
+  Without `seed` both are fresh, independent draws from OS entropy (128 bits each). With
+  `seed` (reproducible research runs) the calibration seed is `seed` and the verification
+  seed is derived from it through an independent SeedSequence child. They always differ.
+  """
+  if seed is None:
+    cal = int(np.random.SeedSequence().entropy)
+    ver = int(np.random.SeedSequence().entropy)
+    while ver == cal:  # Probability 2^-128; kept so the invariant is explicit.
+      ver = int(np.random.SeedSequence().entropy)
+    return cal, ver
+  words = np.random.SeedSequence(seed, spawn_key=(1,)).generate_state(4, np.uint32)
+  ver = int.from_bytes(words.astype("<u4").tobytes(), "little")
+  if ver == seed:
+    raise AssertionError("unreachable: derived verification seed equals --seed")
+  return seed, ver
+
 
 def _require(sampling: str, **values: Any) -> None:
   missing = [f"--{k}" for k, v in values.items() if v is None]
@@ -58,29 +108,67 @@ def _mechanism(name: str, params_in: Optional[str], rounds: int, min_sep: int,
 def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffers,
                      noise_multiplier, target_epsilon, delta, seed, report_out
                      ) -> dict[str, Any]:
-  """ρ, ε for a matrix mechanism under Π(b, k), or σ for a target ε (paper 004, Sec. 3.1)."""
+  """ρ, ε for a matrix mechanism under Π(b, k), or σ for a target ε (paper 004, Sec. 3.1).
+
+  Calibration and the headline ρ, ε use `sens.guaranteed`, an upper bound on the true
+  sensitivity; where the mechanism only has a lower bound (paper 004, Remark 3.2) it is
+  reported next to it, labelled, with the (optimistic) ε it would give.
+  """
   _require("min_sep", mechanism=name, rounds=rounds, min_sep=min_sep, delta=delta)
   if (noise_multiplier is None) == (target_epsilon is None):
     raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  seed = 0 if seed is None else seed
   mechanism = _mechanism(name, params_in, rounds, min_sep, max_participations, buffers, seed)
   k, note = catalog.feasible_participations(rounds, min_sep, max_participations)
+  sens = mechanism.sensitivity(rounds, min_sep, k)
+  exact = sens.kind == catalog.EXACT
+  guaranteed = sens.guaranteed
+  if not math.isfinite(guaranteed):
+    raise ValueError(
+        f"--mechanism={name} has no finite sensitivity upper bound for --rounds={rounds}, "
+        f"--min_sep={min_sep}, k={k} (only the lower bound {sens.value:.6g}, {sens.method}); "
+        "use a mechanism with exact sensitivity (blt, dpsgd, or bandmf with --min_sep >= "
+        "bands).")
   if noise_multiplier is None:
-    sens = mechanism.sensitivity(rounds, min_sep, k)
-    noise_multiplier = zcdp.noise_multiplier_for_epsilon(sens.value, target_epsilon, delta)
-  participation = report_lib.Participation(rounds, min_sep, k, source="configured")
-  rep = report_lib.matrix_mechanism_report(mechanism, noise_multiplier, participation, delta)
+    noise_multiplier = _round_up(
+        zcdp.noise_multiplier_for_epsilon(guaranteed, target_epsilon, delta))
+  guarantee = zcdp.matrix_mechanism_guarantee(guaranteed, noise_multiplier, delta)
+  notes = ([note] if note else []) + [f"Sensitivity by {sens.method}."]
   if report_out:
-    with open(report_out, "w") as f:
+    participation = report_lib.Participation(rounds, min_sep, k, source="configured")
+    rep = report_lib.matrix_mechanism_report(mechanism, noise_multiplier, participation, delta)
+    with open(report_out, "w", encoding="utf-8") as f:
       f.write(rep.to_markdown())
   out = {
       "mechanism": name, "rounds": rounds, "min_sep": min_sep, "max_participations": k,
-      "noise_multiplier": rep.noise_multiplier, "sensitivity": rep.sensitivity,
-      "sensitivity_is_lower_bound": rep.sensitivity_is_lower_bound, "rho": rep.rho,
-      "epsilon": rep.epsilon, "delta": rep.delta, "conversion": "exact_gaussian",
-      "notes": ([note] if note else []) + list(rep.notes),
+      "noise_multiplier": guarantee.noise_multiplier, "sensitivity": guaranteed,
+      "sensitivity_kind": "exact" if exact else "upper_bound",
+      "sensitivity_is_lower_bound": not exact,
+      "rho": guarantee.rho, "epsilon": guarantee.epsilon, "delta": guarantee.delta,
+      "conversion": "exact_gaussian",
   }
+  if not exact:
+    lower = zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta)
+    out.update({
+        "sensitivity_lower_bound": sens.value,
+        "sensitivity_guaranteed": guaranteed,
+        "sensitivity_upper_bound_method": sens.upper_method or None,
+        "epsilon_from_lower_bound": lower.epsilon,
+    })
+    notes.append(
+        f"Sensitivity {sens.value:.6g} is only a LOWER bound ({sens.method}); σ, ρ and ε use "
+        f"the guaranteed upper bound {guaranteed:.6g}"
+        + (f" ({sens.upper_method})" if sens.upper_method else "")
+        + f". The lower bound would give ε = {lower.epsilon:.6g} (paper 004's way of "
+        "reporting TreeAgg): optimistic, not a guarantee.")
+  notes.append(f"Classical conversions for comparison: ε = {guarantee.epsilon_cks:.4g} "
+               f"(Canonne-Kamath-Steinke), ε = {guarantee.epsilon_bun_steinke:.4g} "
+               "(Bun-Steinke ρ + 2√(ρ log 1/δ)).")
   if target_epsilon is not None:
     out["target_epsilon"] = target_epsilon
+    notes.append(f"σ rounded up to {_SIGMA_DIGITS} significant digits; ρ and ε are for the "
+                 "σ printed.")
+  out["notes"] = notes
   return out
 
 
@@ -101,39 +189,131 @@ def poisson(population, clients_per_round, rounds, noise_multiplier, delta) -> d
   }
 
 
-def balls_in_bins_calibration(name, params_in, epochs, batches_per_epoch, buffers,
-                              target_epsilon, delta, mc_samples, seed) -> dict[str, Any]:
-  """σ for a target ε under balls-in-bins batching, by Monte Carlo (paper 003, Alg. 2)."""
+def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, target_epsilon,
+                          delta, mc_samples=None, seed=None, delta_verify=None,
+                          calibration_margin=DEFAULT_CALIBRATION_MARGIN) -> dict[str, Any]:
+  """σ for (ε, δ) under balls-in-bins batching by Estimate-Verify-Release (paper 003).
+
+  1. Calibrate σ (Alg. 2) on the calibration seed to δ_cal = δ_verify / (1 + margin).
+  2. Verify (Alg. 1) on a fresh sample from the independent verification seed that
+     δ̂(σ) <= δ_verify, with m >= `required_num_samples` so that by Thm 2.1 the release is
+     (ε, δ)-DP, δ = δ_verify · τ.
+  3. Release σ only if verification passed; else raise `VerificationFailedError`.
+
+  The released σ is rounded up to 6 significant digits BEFORE verification, so the value
+  printed is exactly the value verified.
+  """
   _require("balls_in_bins", mechanism=name, epochs=epochs, batches_per_epoch=batches_per_epoch,
            target_epsilon=target_epsilon, delta=delta)
+  if not 0.0 < delta < 1.0:
+    raise ValueError(f"--delta={delta!r} must be in (0, 1): it is the released δ "
+                     "(e.g. 1e-5).")
+  ratio = balls_in_bins.DEFAULT_VERIFY_RATIO
+  if delta_verify is None:
+    delta_verify = ratio * delta
+  elif not 0.0 < delta_verify < delta:
+    raise ValueError(
+        f"--delta_verify={delta_verify!r} must be in (0, --delta={delta!r}) (Thm 2.1: "
+        f"δ = τ·δ_verify, τ > 1); omit it for the default {ratio}·δ = {ratio * delta:.4g}.")
+  if not (calibration_margin >= 0.0 and math.isfinite(calibration_margin)):
+    raise ValueError(f"--calibration_margin={calibration_margin!r} must be a finite number "
+                     f">= 0; use e.g. {DEFAULT_CALIBRATION_MARGIN}.")
+  if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+    raise ValueError(f"--seed={seed!r} must be a non-negative integer; omit it to draw the "
+                     "accounting seeds from OS entropy.")
+  required = balls_in_bins.required_num_samples(delta_verify, delta)
+  if mc_samples is None:
+    mc_samples = required
+  elif mc_samples < required:
+    raise ValueError(
+        f"--mc_samples={mc_samples} is below the {required} Monte Carlo samples that "
+        f"Estimate-Verify-Release needs at --delta={delta:g} with δ_verify={delta_verify:g} "
+        f"(paper 003, Thm 2.1); omit --mc_samples (default: that minimum) or pass "
+        f"--mc_samples>={required}.")
+  delta_cal = delta_verify / (1.0 + calibration_margin)
+  cal_seed, ver_seed = accounting_seeds(seed)
+
   rounds = epochs * batches_per_epoch
   # Without amplification a client takes part once per epoch: min-sep >= 1, k = E.
-  mechanism = _mechanism(name, params_in, rounds, batches_per_epoch, epochs, buffers, seed)
+  mechanism = _mechanism(name, params_in, rounds, batches_per_epoch, epochs, buffers,
+                         0 if seed is None else seed)
   pair = balls_in_bins.dominating_pair(num_bins=batches_per_epoch, num_epochs=epochs,
                                        **mechanism.lower_triangular_input(rounds))
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", balls_in_bins.InsufficientSamplesWarning)
     cal = balls_in_bins.calibrate_noise_multiplier(
-        pair, epsilon=target_epsilon, delta=delta, num_samples=mc_samples, seed=seed)
+        pair, epsilon=target_epsilon, delta=delta_cal, num_samples=mc_samples, seed=cal_seed)
+  sigma = _round_up(cal.noise_multiplier)
+  ver = balls_in_bins.estimate_verify_release(
+      pair, noise_multiplier=sigma, epsilon=target_epsilon, delta=delta,
+      delta_verify=delta_verify, num_samples=mc_samples, seed=ver_seed)
+  if not ver.verified:
+    # Relative Monte Carlo error of (verification - calibration) estimates, for advice.
+    rel_se = math.hypot(cal.delta_standard_error / cal.delta_hat if cal.delta_hat > 0 else 0.0,
+                        ver.standard_error / ver.delta_hat if ver.delta_hat > 0 else 0.0)
+    margin = max(2.0 * calibration_margin, math.expm1(4.0 * rel_se), 0.1)
+    raise VerificationFailedError(
+        f"verification failed, no σ released (paper 003, Alg. 1 returned ⊥): on the fresh "
+        f"verification sample (seed {ver_seed}, {mc_samples} samples) δ̂ = "
+        f"{ver.delta_hat:.4g} ± {ver.standard_error:.2g} exceeds δ_verify = "
+        f"{delta_verify:.4g} at ε = {target_epsilon:g}. The calibration target δ_cal = "
+        f"{delta_cal:.4g} (--calibration_margin={calibration_margin:g}) left too little room "
+        f"for Monte Carlo error (relative SE ≈ {rel_se:.2g}). Re-run with a larger margin, "
+        f"e.g. --calibration_margin={math.ceil(margin * 100) / 100:g}, and/or more samples, "
+        f"e.g. --mc_samples={4 * mc_samples}. Do not just retry with new seeds until it "
+        f"passes: every verification attempt may wrongly pass with probability up to "
+        f"{ver.failure_probability:.2g}, and these add up over attempts.")
+  notes = [str(w.message) for w in caught]
+  # Deterministic baseline (fixed bins, exact Gaussian at the released δ): no Monte Carlo.
+  unamplified = balls_in_bins.unamplified_noise_multiplier(pair, epsilon=target_epsilon,
+                                                           delta=delta)
+  if sigma >= unamplified:
+    notes.append(
+        f"Amplification does not help here: the unamplified σ = {unamplified:.6g} (fixed bins, "
+        f"exact Gaussian, no Monte Carlo) is at most the released σ; prefer it.")
+  if seed is not None:
+    notes.append(
+        f"--seed={seed} fixes the accounting randomness for reproducibility; Thm 2.1 assumes "
+        "the verification seed was not chosen after seeing outcomes (no seed shopping). "
+        "Omit --seed to draw both seeds from OS entropy.")
+  guarantee = (
+      f"({target_epsilon:g}, {delta:g})-DP for noise_multiplier = {sigma!r} under "
+      f"balls-in-bins batching ({epochs} epochs x {batches_per_epoch} bins), released by "
+      f"Estimate-Verify-Release (paper 003, Alg. 1 / Thm 2.1): verified on a fresh Monte "
+      f"Carlo sample that δ̂ <= δ_verify = {delta_verify:.4g}; had the true δ(ε) exceeded "
+      f"{delta:g}, this check would have passed with probability <= "
+      f"{ver.failure_probability:.3g} (Chernoff bound, <= δ), which the δ = "
+      f"{delta:g} accounts for (τ = δ/δ_verify = {delta / delta_verify:.4g}).")
   return {
       "mechanism": name, "epochs": epochs, "batches_per_epoch": batches_per_epoch,
       "rounds": rounds, "target_epsilon": target_epsilon, "delta": delta,
-      "noise_multiplier": cal.noise_multiplier, "mc_samples": cal.num_samples,
-      "standard_error": cal.noise_multiplier_standard_error,
-      "delta_standard_error": cal.delta_standard_error,
-      "tail_samples": cal.num_tail_samples,
-      "noise_multiplier_without_amplification": cal.unamplified_noise_multiplier,
-      "notes": [str(w.message) for w in caught] + [
-          "Monte Carlo estimate: for a formal guarantee calibrate at δ_verify < δ and run "
-          "Estimate-Verify-Release (paper 003, Alg. 1) on a fresh seed."],
+      "noise_multiplier": sigma, "released": True, "guarantee": guarantee,
+      "delta_verify": delta_verify, "calibration_margin": calibration_margin,
+      "delta_calibration": delta_cal,
+      "mc_samples": mc_samples, "mc_samples_required": required,
+      "calibration_seed": cal_seed, "verification_seed": ver_seed,
+      "calibration_noise_multiplier": cal.noise_multiplier,
+      "calibration_noise_multiplier_standard_error": cal.noise_multiplier_standard_error,
+      "calibration_delta_hat": cal.delta_hat,
+      "calibration_delta_standard_error": cal.delta_standard_error,
+      "calibration_tail_samples": cal.num_tail_samples,
+      "verification": "passed",
+      "verification_delta_hat": ver.delta_hat,
+      "verification_delta_standard_error": ver.standard_error,
+      "verification_tail_samples": ver.num_tail_samples,
+      "verification_failure_probability_bound": ver.failure_probability,
+      "noise_multiplier_without_amplification": unamplified,
+      "notes": notes,
   }
 
 
 def format_table(result: dict[str, Any]) -> str:
-  rows = [(k, v) for k, v in result.items() if k != "notes"]
+  rows = [(k, v) for k, v in result.items() if k not in ("notes", "guarantee")]
   width = max(len(k) for k, _ in rows)
   lines = [f"{k:<{width}}  {v:.6g}" if isinstance(v, float) else f"{k:<{width}}  {v}"
            for k, v in rows]
+  if "guarantee" in result:
+    lines.append(f"guarantee: {result['guarantee']}")
   return "\n".join(lines + [f"note: {n}" for n in result.get("notes", [])])
 
 
@@ -163,9 +343,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--epochs", type=int, default=None, help="E: epochs (balls-in-bins)")
   parser.add_argument("--batches_per_epoch", type=int, default=None,
                       help="NB: bins per epoch (balls-in-bins)")
-  parser.add_argument("--mc_samples", type=int, default=2**20, help="Monte Carlo samples")
-  parser.add_argument("--seed", type=int, default=0,
-                      help="seed (Monte Carlo sample, optimizer starts)")
+  parser.add_argument("--delta_verify", type=float, default=None,
+                      help="balls-in-bins: verification threshold δ_verify < δ (default "
+                           f"{balls_in_bins.DEFAULT_VERIFY_RATIO}·δ; Thm 2.1, paper 003)")
+  parser.add_argument("--calibration_margin", type=float, default=DEFAULT_CALIBRATION_MARGIN,
+                      help="balls-in-bins: calibrate σ to δ_verify / (1 + margin), leaving "
+                           "room for Monte Carlo error so verification passes")
+  parser.add_argument("--mc_samples", type=int, default=None,
+                      help="balls-in-bins: Monte Carlo samples for calibration and for "
+                           "verification each (default and minimum: what Thm 2.1 needs, "
+                           "about 5.4e7 for δ = 1e-5)")
+  parser.add_argument("--seed", type=int, default=None,
+                      help="balls-in-bins: calibration seed for a reproducible run (the "
+                           "verification seed is derived from it); default: both drawn from "
+                           "OS entropy. min_sep: optimizer starts (default 0)")
   parser.add_argument("--report_out", default=None, help="write the Markdown privacy report")
   parser.add_argument("--format", choices=("table", "json"), default="table")
   return parser.parse_args(argv)
@@ -183,12 +374,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       result = poisson(args.population, args.clients_per_round, args.rounds,
                        args.noise_multiplier, args.delta)
     else:
-      result = balls_in_bins_calibration(
+      if args.noise_multiplier is not None:
+        raise ValueError(
+            f"--noise_multiplier={args.noise_multiplier:g} is not used with "
+            "--sampling=balls_in_bins, which calibrates and verifies σ itself; drop it and "
+            "pass --target_epsilon.")
+      result = balls_in_bins_release(
           args.mechanism, args.params_in, args.epochs, args.batches_per_epoch, args.buffers,
-          args.target_epsilon, args.delta, args.mc_samples, args.seed)
+          args.target_epsilon, args.delta, mc_samples=args.mc_samples, seed=args.seed,
+          delta_verify=args.delta_verify, calibration_margin=args.calibration_margin)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except VerificationFailedError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
   print(json.dumps(result, indent=2) if args.format == "json" else format_table(result))
   return 0
 

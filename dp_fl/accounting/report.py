@@ -2,9 +2,14 @@
 
 A report is produced from the mechanism actually used, its noise multiplier, and the
 participation actually *realized* (from the participation ledger), never from the configured
-schedule alone. Where only a lower bound on the sensitivity is available (paper 004, Remark 3.2,
-as for TreeAgg under multiple participations) the report says so: the resulting ε is then a
-lower bound on the true ε, not a guarantee.
+schedule alone. Its ε is never smaller than the truth: where the exact sensitivity is not known
+(paper 004, Remark 3.2 gives only a lower bound, as for TreeAgg under multiple participations)
+ρ and ε come from a valid upper bound on the sensitivity, and the ε of the lower bound is shown
+next to it, labelled (what paper 004 reports for TreeAgg).
+
+Besides the numbers a report says what is released, what the guarantee covers and what it
+assumes (`scope`), and lists caveats that weaken the claim (`caveats`, e.g. a noise seed that
+is written in the configuration).
 """
 
 from __future__ import annotations
@@ -46,10 +51,18 @@ class Participation:
 
 
 def _markdown(rows: list[tuple[str, str]], checklist: dict[str, str],
-              notes: tuple[str, ...]) -> str:
-  """A report as Markdown: the quantities, the App. C checklist, the notes."""
-  lines = ["# Privacy report", "", "| quantity | value |", "| --- | --- |"]
+              notes: tuple[str, ...], scope: tuple[tuple[str, str], ...] = (),
+              caveats: tuple[str, ...] = ()) -> str:
+  """A report as Markdown: caveats, the quantities, the scope, the App. C checklist, notes."""
+  lines = ["# Privacy report", ""]
+  lines += [f"> **Caveat:** {c}" for c in caveats]
+  if caveats:
+    lines.append("")
+  lines += ["| quantity | value |", "| --- | --- |"]
   lines += [f"| {k} | {v} |" for k, v in rows]
+  if scope:
+    lines += ["", "## What is released, what is covered, what is assumed", ""]
+    lines += [f"- **{k}**: {v}" for k, v in scope]
   lines += ["", "## Checklist (paper 004, App. C)", ""]
   lines += [f"- **{k.replace('_', ' ')}**: {v}" for k, v in checklist.items()]
   if notes:
@@ -57,14 +70,23 @@ def _markdown(rows: list[tuple[str, str]], checklist: dict[str, str],
   return "\n".join(lines) + "\n"
 
 
+def _scope_dict(scope: tuple[tuple[str, str], ...]) -> dict[str, str]:
+  return {k: v for k, v in scope}
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyReport:
-  """The DP statement of one training run (paper 004, App. C)."""
+  """The DP statement of one training run (paper 004, App. C).
+
+  `sensitivity`, `rho` and `epsilon` are guarantees: from the exact sensitivity
+  (`sensitivity_kind` "exact") or from a valid upper bound ("upper_bound"), in which case
+  `sensitivity_lower_bound` / `epsilon_lower_bound` bracket the truth from below.
+  """
   mechanism: str
   mechanism_description: str
   noise_multiplier: float
   sensitivity: float
-  sensitivity_is_lower_bound: bool
+  sensitivity_kind: str
   participation: Participation
   rho: float
   epsilon: float
@@ -74,10 +96,22 @@ class PrivacyReport:
   clip_norm: Optional[float] = None
   clients_per_round: Optional[int] = None
   notes: tuple[str, ...] = ()
+  sensitivity_lower_bound: Optional[float] = None
+  epsilon_lower_bound: Optional[float] = None
+  scope: tuple[tuple[str, str], ...] = ()
+  caveats: tuple[str, ...] = ()
+
+  @property
+  def sensitivity_is_lower_bound(self) -> bool:
+    """True when the exact sensitivity is unknown (only bracketed; paper 004 Remark 3.2)."""
+    return self.sensitivity_kind != "exact"
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["notes"] = list(self.notes)
+    d["caveats"] = list(self.caveats)
+    d["scope"] = _scope_dict(self.scope)
+    d["sensitivity_is_lower_bound"] = self.sensitivity_is_lower_bound
     d["checklist"] = self.checklist()
     return d
 
@@ -87,8 +121,10 @@ class PrivacyReport:
   def checklist(self) -> dict[str, str]:
     """The App. C checklist, filled in for this run."""
     p = self.participation
-    bound = ("a LOWER BOUND on the sensitivity (paper 004, Remark 3.2): the ε below is a lower "
-             "bound on the true ε, not a guarantee" if self.sensitivity_is_lower_bound
+    bound = (f"an UPPER bound on the sensitivity ({self.sensitivity:.6g}; the exact value is "
+             f"not known, it is at least {self.sensitivity_lower_bound:.6g} by paper 004, "
+             "Remark 3.2), so the ε below is a guarantee but may be loose"
+             if self.sensitivity_is_lower_bound
              else "the exact sensitivity for this participation schema")
     return {
         "dp_setting": ("Central DP: the server is trusted to clip, aggregate and add noise "
@@ -112,7 +148,8 @@ class PrivacyReport:
         "formal_statement": (
             f"{self.mechanism} with noise multiplier {self.noise_multiplier:g} satisfies "
             f"ρ = {self.rho:.4g}-zCDP and (ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP"
-            + (" (lower bound)" if self.sensitivity_is_lower_bound else "") + "."),
+            + (" (from an upper bound on the sensitivity)" if self.sensitivity_is_lower_bound
+               else "") + "." + "".join(f" Caveat: {c}" for c in self.caveats)),
     }
 
   def to_markdown(self) -> str:
@@ -125,21 +162,29 @@ class PrivacyReport:
         ("rounds n", str(p.rounds)),
         (f"min-sep b ({p.source})", str(p.min_sep)),
         (f"max participations k ({p.source})", str(p.max_participations)),
-        ("sensitivity", f"{self.sensitivity:.6g}" + (" (lower bound)" if self.sensitivity_is_lower_bound else "")),
+        ("sensitivity", f"{self.sensitivity:.6g}" + (
+            f" (upper bound; lower bound {self.sensitivity_lower_bound:.6g})"
+            if self.sensitivity_is_lower_bound else "")),
         ("ρ (zCDP)", f"{self.rho:.6g}"),
-        (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}"),
+        (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}" + (
+            f" (upper bound; ε of the lower bound {self.epsilon_lower_bound:.6g})"
+            if self.sensitivity_is_lower_bound else "")),
     ]
-    return _markdown(rows, self.checklist(), self.notes)
+    return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
 
 
 def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: Participation,
                             delta: float, *, clip_norm: Optional[float] = None,
-                            clients_per_round: Optional[int] = None) -> PrivacyReport:
+                            clients_per_round: Optional[int] = None,
+                            scope: tuple[tuple[str, str], ...] = (),
+                            caveats: tuple[str, ...] = ()) -> PrivacyReport:
   """The privacy report of a DP-FTRL run (paper 004, Sec. 3.1 and App. C).
 
   ρ = sens² / (2σ²) with sens the mechanism's sensitivity under the participation given
-  (pass the *realized* participation from the ledger); ε at δ by the exact Gaussian conversion
-  (what paper 004 reports).
+  (pass the *realized* participation from the ledger) — exact, or a valid upper bound where
+  only a lower bound is known (then the ε of the lower bound is reported next to it); ε at δ
+  by the exact Gaussian conversion (what paper 004 reports). `scope` and `caveats`: see the
+  module docstring.
 
   Args:
     mechanism: a `dp_fl.mechanisms.catalog.Mechanism`.
@@ -154,22 +199,31 @@ def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: P
   """
   sens = mechanism.sensitivity(participation.rounds, participation.min_sep,
                                participation.max_participations)
-  guarantee = zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta)
+  guarantee = zcdp.matrix_mechanism_guarantee(sens.guaranteed, noise_multiplier, delta)
+  lower = None
   notes = [f"Sensitivity by {sens.method}."]
-  if sens.kind != "exact":
-    notes.append("The sensitivity is a lower bound, so ρ and ε are lower bounds too "
-                 "(as paper 004 reports TreeAgg); the true guarantee may be weaker.")
+  if not sens.is_exact:
+    lower = zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta)
+    notes.append(
+        f"The exact sensitivity is not known: {sens.value:.6g} (a lower bound, {sens.method}) "
+        f"≤ sens ≤ {sens.guaranteed:.6g} (an upper bound, {sens.upper_method}). ρ and ε are "
+        f"computed from the upper bound, so they are a guarantee; the ε of the lower bound, "
+        f"{lower.epsilon:.4g}, is what the truth is at least (paper 004 reports TreeAgg so).")
   notes.append(f"Classical conversions for comparison: ε = {guarantee.epsilon_cks:.4g} "
                f"(Canonne-Kamath-Steinke), ε = {guarantee.epsilon_bun_steinke:.4g} "
                "(Bun-Steinke ρ + 2√(ρ log 1/δ)).")
   return PrivacyReport(
       mechanism=mechanism.name, mechanism_description=mechanism.description,
       noise_multiplier=guarantee.noise_multiplier, sensitivity=guarantee.sensitivity,
-      sensitivity_is_lower_bound=(sens.kind != "exact"), participation=participation,
+      sensitivity_kind="exact" if sens.is_exact else "upper_bound",
+      participation=participation,
       rho=guarantee.rho, epsilon=guarantee.epsilon, delta=guarantee.delta,
       conversion="the exact Gaussian (ε, δ) curve with μ = √(2ρ)",
       accounting_method="ρ-zCDP of the Gaussian matrix mechanism (sens² / 2σ²)",
-      clip_norm=clip_norm, clients_per_round=clients_per_round, notes=tuple(notes))
+      clip_norm=clip_norm, clients_per_round=clients_per_round, notes=tuple(notes),
+      sensitivity_lower_bound=None if lower is None else sens.value,
+      epsilon_lower_bound=None if lower is None else lower.epsilon,
+      scope=tuple(scope), caveats=tuple(caveats))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,10 +248,15 @@ class SampledPrivacyReport:
   notes: tuple[str, ...] = ()
   rho: float = float("nan")  # Not a zCDP statement; kept for a uniform interface.
   sensitivity_is_lower_bound: bool = False
+  scope: tuple[tuple[str, str], ...] = ()
+  caveats: tuple[str, ...] = ()
+  epsilon_lower_bound: Optional[float] = None  # The PLD ε is a guarantee: no bracket.
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["notes"] = list(self.notes)
+    d["caveats"] = list(self.caveats)
+    d["scope"] = _scope_dict(self.scope)
     d["rho"] = None
     d["checklist"] = self.checklist()
     return d
@@ -223,7 +282,8 @@ class SampledPrivacyReport:
             "(paper 001, Lemma 1)."),
         "formal_statement": (
             f"DP-FedAvg satisfies (ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP (PLD; RDP "
-            f"{self.epsilon_rdp:.4g}, moments accountant {self.epsilon_moments_accountant:.4g})."),
+            f"{self.epsilon_rdp:.4g}, moments accountant {self.epsilon_moments_accountant:.4g})."
+            + "".join(f" Caveat: {c}" for c in self.caveats)),
     }
 
   def to_markdown(self) -> str:
@@ -239,12 +299,14 @@ class SampledPrivacyReport:
         ("ε (moments accountant, paper 001)", f"{self.epsilon_moments_accountant:.6g}"),
         ("PLD discretization interval", f"{self.pld_value_discretization_interval:g}"),
     ]
-    return _markdown(rows, self.checklist(), self.notes)
+    return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
 
 
 def dpfedavg_report(population: int, expected_clients_per_round: float,
                     noise_multiplier: float, rounds: int, delta: float, *,
-                    clip_norm: Optional[float] = None) -> SampledPrivacyReport:
+                    clip_norm: Optional[float] = None,
+                    scope: tuple[tuple[str, str], ...] = (),
+                    caveats: tuple[str, ...] = ()) -> SampledPrivacyReport:
   """The privacy report of T rounds of DP-FedAvg with Poisson user sampling (paper 001)."""
   results = {m: dpfedavg.dpfedavg_epsilon(population, expected_clients_per_round,
                                           noise_multiplier, rounds, delta, method=m)
@@ -262,4 +324,4 @@ def dpfedavg_report(population: int, expected_clients_per_round: float,
       epsilon=pld.epsilon, epsilon_rdp=results[dpfedavg.RDP].epsilon,
       epsilon_moments_accountant=results[dpfedavg.MOMENTS_ACCOUNTANT].epsilon,
       pld_value_discretization_interval=pld.pld_value_discretization_interval,
-      clip_norm=clip_norm, notes=notes)
+      clip_norm=clip_norm, notes=notes, scope=tuple(scope), caveats=tuple(caveats))

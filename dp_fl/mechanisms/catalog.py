@@ -12,8 +12,10 @@ vocabulary for all of them:
 
 Evaluation follows paper 004: sensitivity under the min-separation schema Π(b, k) (Thm 3.1
 for non-increasing Toeplitz C, column norms for banded C with b >= bands, the exhaustive
-maximum or the Remark 3.2 *lower bound* for trees), MaxError / RmsError (Prop. 3.3) and
-MaxLoss = sens × MaxError, RmsLoss = sens × RmsError (Eqs. 9-10).
+maximum where CᵀC ≥ 0 and the search fits its budget; otherwise the Remark 3.2 *lower bound*,
+always next to a valid upper bound (`Sensitivity.guaranteed`, what privacy claims use)),
+MaxError / RmsError (Prop. 3.3) and MaxLoss = sens × MaxError, RmsLoss = sens × RmsError
+(Eqs. 9-10; from the paper's value, as its Table 3 does).
 """
 
 from __future__ import annotations
@@ -43,10 +45,32 @@ LOWER_BOUND = "lower_bound"
 
 @dataclasses.dataclass(frozen=True)
 class Sensitivity:
-  """sens_Π(C) for unit clip norm, and how it was obtained."""
+  """sens_Π(C) for unit clip norm, and how it was obtained.
+
+  `value` is what paper 004 reports (exact, or the Remark 3.2 lower bound); `upper` is a value
+  the true sensitivity never exceeds (equal to `value` when exact). Privacy decisions and
+  headline guarantees use `guaranteed` (= `upper`), never a lower bound.
+  """
   value: float
   kind: str  # EXACT or LOWER_BOUND
   method: str  # e.g. "Thm 3.1", "column norms (b >= bands)", "Remark 3.2"
+  upper: Optional[float] = None  # None: equal to `value` (only allowed when exact).
+  upper_method: str = ""
+
+  def __post_init__(self):
+    if self.kind not in (EXACT, LOWER_BOUND):
+      raise ValueError(f"`kind` must be {EXACT!r} or {LOWER_BOUND!r}; got {self.kind!r}.")
+    if self.kind == LOWER_BOUND and self.upper is None:
+      raise ValueError("A lower-bound sensitivity needs a valid `upper` bound next to it.")
+
+  @property
+  def is_exact(self) -> bool:
+    return self.kind == EXACT
+
+  @property
+  def guaranteed(self) -> float:
+    """An upper bound on the true sensitivity: the exact value, or `upper`."""
+    return self.value if self.upper is None else max(self.value, self.upper)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +113,14 @@ def feasible_participations(rounds: int, min_sep: int, max_participations: Optio
     return most, (f"max_participations={k} cannot happen in {n} rounds at min_sep={b}; "
                   f"reduced to the feasible maximum ceil({n}/{b}) = {most}.")
   return k, None
+
+
+def _bracketed(lower: float, lower_method: str, upper: float, upper_method: str
+               ) -> Sensitivity:
+  """A sensitivity known to lie in [lower, upper]; exact when the two bounds meet."""
+  if upper <= lower * (1.0 + 1e-12):
+    return Sensitivity(lower, EXACT, f"{lower_method} = {upper_method} (the bounds meet)")
+  return Sensitivity(lower, LOWER_BOUND, lower_method, upper=upper, upper_method=upper_method)
 
 
 class Mechanism(abc.ABC):
@@ -218,9 +250,15 @@ class BandedMechanism(Mechanism):
     if min_sep >= self.banded.bands:
       value = sensitivity_lib.banded_sensitivity(c, self.banded.bands, min_sep, k)
       return Sensitivity(value, EXACT, "column norms (min_sep >= bands)")
+    # Columns overlap: exact by the maximal-pattern search when CᵀC ≥ 0 and it fits the
+    # budget (Eq. 6), else bracketed by Remark 3.2 and the |CᵀC| upper bound.
+    certified = sensitivity_lib.certified_sensitivity(c, min_sep, k)
+    if certified.kind == sensitivity_lib.EXACT:
+      return Sensitivity(certified.value, EXACT, certified.method)
     value = sensitivity_lib.lower_bound_sensitivity(c, min_sep, k)
-    return Sensitivity(value, LOWER_BOUND,
-                       f"Remark 3.2 lower bound (min_sep {min_sep} < bands {self.banded.bands})")
+    return _bracketed(value,
+                      f"Remark 3.2 lower bound (min_sep {min_sep} < bands {self.banded.bands})",
+                      certified.value, certified.method)
 
   def per_query_squared_error(self, rounds):
     return self.banded.per_query_squared_error(self.check_rounds(rounds))
@@ -258,7 +296,12 @@ class TreeMechanism(Mechanism):
     k, _ = feasible_participations(n, min_sep, max_participations)
     value, kind, method = tree.tree_sensitivity(n, min_sep, k, complete=self.complete,
                                                 max_work=self.max_work)
-    return Sensitivity(value, kind, method)
+    if kind == EXACT:
+      return Sensitivity(value, kind, method)
+    # Out of budget: Remark 3.2 from below, the |CᵀC| bound from above (Gram built once).
+    upper = sensitivity_lib.upper_bound_sensitivity(
+        None, min_sep, k, gram=tree.tree_gram(n, complete=self.complete))
+    return _bracketed(value, method, upper, sensitivity_lib.METHOD_UPPER_BOUND)
 
   def per_query_squared_error(self, rounds):
     n = self.check_rounds(rounds)

@@ -29,6 +29,14 @@ Which function gives which guarantee:
     largest sum of squared column norms over a pattern. O(kn).
   * `lower_bound_sensitivity` -- Remark 3.2, ||C u(pi*)|| for any C: only a
     LOWER bound; privacy computed from it is optimistic, not a guarantee.
+  * `upper_bound_sensitivity` -- a valid UPPER bound for any C (any signs):
+    sens(C)^2 <= max_pi sum_{i,j in pi} |(C^T C)_ij|, bounded row by row by
+    dynamic programming. Equal to sens(C) for banded C with min_sep >= bands
+    (e.g. sqrt(k) for C = I). O(k n^2), vectorized (a Lagrangian bound,
+    O(n^2) per step, for large k): ~0.1 s for n = 2052, k = 7.
+  * `certified_sensitivity` -- the best of these that is a guarantee: exact
+    (`exact_sensitivity`) when C^T C >= 0 and the search fits its budget,
+    else `upper_bound_sensitivity`; with its kind and method.
 
 A `max_participations` above ceil(n / min_sep), the most participations that
 fit into n rounds, describes the same schema and is reduced to it.
@@ -36,13 +44,20 @@ fit into n rounds, describes the same schema and is reduced to it.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
 from dp_fl import _checks
 
 DEFAULT_MAX_PATTERNS = 5_000_000  # About a second of search.
+
+# Kinds and methods returned by `certified_sensitivity`.
+EXACT = "exact"
+UPPER_BOUND = "upper_bound"
+METHOD_EXACT_SEARCH = "exact maximal-pattern search (CᵀC ≥ 0, Eq. 6)"
+METHOD_UPPER_BOUND = ("upper bound from |CᵀC| (Σ_{i,j∈π} |G_ij| bounded row by row, "
+                      "any C; Eq. 5)")
 # States expanded at once by the vectorized search in `exact_sensitivity`.
 _SEARCH_CHUNK = 1 << 16
 # Relative tolerance for "C^T C >= 0": entries above -tol * max|C^T C| count
@@ -52,6 +67,14 @@ _GRAM_TOLERANCE = 1e-12
 # of non-negative terms) while k is at most this; beyond, it uses the O(n)
 # strided recurrence.
 _DIRECT_SHIFTS_MAX = 64
+# `upper_bound_sensitivity`: rows of |C^T C| per block of the batched dynamic
+# program (a block of n = 2052 columns is 2 MB: cache-sized); that program
+# while it updates at most _MAX_PASS_WORK n^2 entries (about 0.3 s at
+# n = 2052), else the Lagrangian bound with at most _DUAL_ITERATIONS
+# cutting-plane steps (about 0.06 s each at n = 2052).
+_ROW_BLOCK = 128
+_MAX_PASS_WORK = 16
+_DUAL_ITERATIONS = 30
 
 
 # ---------------------------------------------------------------------------
@@ -308,18 +331,50 @@ def _maximal_pattern_search(gram: np.ndarray, b: int, k: int):
   return best_val, best_pat
 
 
-def _check_gram_nonnegative(gram: np.ndarray, name: str) -> None:
+def _gram_is_nonnegative(gram: np.ndarray) -> bool:
+  """Whether C^T C >= 0 elementwise, up to _GRAM_TOLERANCE (relative)."""
   scale = float(np.max(np.abs(gram))) if gram.size else 0.0
   low = float(np.min(gram)) if gram.size else 0.0
-  if low < -_GRAM_TOLERANCE * scale:
+  return low >= -_GRAM_TOLERANCE * scale
+
+
+def _check_gram_nonnegative(gram: np.ndarray, name: str) -> None:
+  if not _gram_is_nonnegative(gram):
+    low = float(np.min(gram))
     i, j = np.unravel_index(int(np.argmin(gram)), gram.shape)
     raise ValueError(
         f"`{name}` must give an elementwise non-negative Gram matrix C^T C for "
         f"exact_sensitivity (Eq. 6 of paper 004); got (C^T C)[{i}, {j}]={low!r}. "
         f"For such C the sensitivity also maximizes over the directions of "
         f"the contributions, which this search does not; use "
-        f"lower_bound_sensitivity (Remark 3.2) and report it as a LOWER bound, "
-        f"or banded_sensitivity for banded C with min_sep >= bands.")
+        f"upper_bound_sensitivity (a valid UPPER bound, or certified_sensitivity "
+        f"to pick the best guarantee), lower_bound_sensitivity (Remark 3.2) "
+        f"reported as a LOWER bound, or banded_sensitivity for banded C with "
+        f"min_sep >= bands.")
+
+
+def _gram(c_matrix: Any, gram: Any, caller: str) -> tuple[np.ndarray, str]:
+  """(G = C^T C, name of the argument it came from), validated.
+
+  Exactly one of `c_matrix` (C, one column per round) and `gram` (a square,
+  symmetric n x n C^T C) must be given.
+  """
+  if (c_matrix is None) == (gram is None):
+    given = "neither" if c_matrix is None else "both"
+    raise ValueError(
+        "Pass exactly one of `c_matrix` (C, one column per round) and `gram` "
+        f"(C^T C) to {caller}; got {given}.")
+  if gram is None:
+    c = _check_matrix(c_matrix)
+    return c.T @ c, "c_matrix"
+  g = _check_matrix(gram, "gram")
+  if g.shape[0] != g.shape[1]:
+    raise ValueError(f"`gram` must be a square n x n matrix C^T C; got shape "
+                     f"{g.shape}.")
+  if not (np.array_equal(g, g.T) or np.allclose(g, g.T, rtol=1e-12, atol=0.0)):
+    raise ValueError("`gram` must be symmetric (it is C^T C); got an "
+                     "asymmetric matrix. Pass C as `c_matrix` instead.")
+  return g, "gram"
 
 
 def exact_sensitivity(c_matrix: Any, min_sep: int, max_participations: int, *,
@@ -354,26 +409,10 @@ def exact_sensitivity(c_matrix: Any, min_sep: int, max_participations: int, *,
 
   Raises:
     ValueError: invalid arguments, C^T C with a negative entry, or too many
-      patterns (use lower_bound_sensitivity, a lower bound, instead).
+      patterns (use upper_bound_sensitivity, a valid upper bound, or
+      lower_bound_sensitivity, a lower bound, instead).
   """
-  if (c_matrix is None) == (gram is None):
-    given = "neither" if c_matrix is None else "both"
-    raise ValueError(
-        "Pass exactly one of `c_matrix` (C, one column per round) and `gram` "
-        f"(C^T C) to exact_sensitivity; got {given}.")
-  if gram is None:
-    c = _check_matrix(c_matrix)
-    g = c.T @ c
-    name = "c_matrix"
-  else:
-    g = _check_matrix(gram, "gram")
-    name = "gram"
-    if g.shape[0] != g.shape[1]:
-      raise ValueError(f"`gram` must be a square n x n matrix C^T C; got shape "
-                       f"{g.shape}.")
-    if not np.allclose(g, g.T, rtol=1e-12, atol=0.0):
-      raise ValueError("`gram` must be symmetric (it is C^T C); got an "
-                       "asymmetric matrix. Pass C as `c_matrix` instead.")
+  g, name = _gram(c_matrix, gram, "exact_sensitivity")
   n = g.shape[0]
   k = feasible_participations(n, min_sep, max_participations)
   b = int(min_sep)
@@ -385,9 +424,10 @@ def exact_sensitivity(c_matrix: Any, min_sep: int, max_participations: int, *,
         f"`max_patterns`={max_patterns} is below the {count:.4g} maximal "
         f"participation patterns of Pi(b={b}, k={k}) in n={n} rounds that "
         f"exact_sensitivity would search. Raise max_patterns (time grows "
-        f"linearly), or use lower_bound_sensitivity (Remark 3.2; a LOWER bound "
-        f"on the sensitivity), or toeplitz_sensitivity / banded_sensitivity "
-        f"where they apply.")
+        f"linearly), or use upper_bound_sensitivity (a valid UPPER bound) or "
+        f"lower_bound_sensitivity (Remark 3.2; a LOWER bound on the "
+        f"sensitivity), or toeplitz_sensitivity / banded_sensitivity where they "
+        f"apply.")
   value, _ = _maximal_pattern_search(g, b, k)
   return float(np.sqrt(max(value, 0.0)))
 
@@ -396,20 +436,37 @@ def exact_sensitivity(c_matrix: Any, min_sep: int, max_participations: int, *,
 # Banded C (column supports of participations are disjoint).
 
 
+def _separated_sum_passes(weights: np.ndarray, b: int,
+                          passes: int) -> Iterator[np.ndarray]:
+  """best_1, ..., best_passes of the separated-sum DP, along the last axis.
+
+  For weights >= 0 (any leading axes, rounds along the last one),
+  best_j[..., t] = max over patterns pi of <= j rounds among 0..t, pairwise
+  >= b apart, of sum_{i in pi} weights[..., i]. The last round s <= t of such
+  a pattern leaves best_{j-1}[..., s - b] for the rest:
+  best_j = cummax(weights + shift_b(best_{j-1})), one pass over the array
+  each. Yields one buffer, updated in place: read it before the next step.
+  """
+  n = weights.shape[-1]
+  best = np.zeros(weights.shape)
+  candidate = np.empty(weights.shape)
+  head = min(b, n)
+  candidate[..., :head] = weights[..., :head]  # Nothing fits before round b.
+  for _ in range(passes):
+    if n > b:
+      np.add(weights[..., b:], best[..., :n - b], out=candidate[..., b:])
+    np.maximum.accumulate(candidate, axis=-1, out=best)
+    yield best
+
+
 def _max_separated_sum(weights: np.ndarray, b: int, k: int) -> float:
   """max over pi in Pi(b, k) of sum_{i in pi} weights_i, for weights >= 0.
 
-  best_j[t] = best sum of <= j rounds among 0..t; the last round s <= t of
-  such a pattern leaves best_{j-1}[s - b] for the rest:
-  best_j = cummax(weights + shift_b(best_{j-1})). O(kn).
+  The last best_k[-1] of `_separated_sum_passes`. O(kn).
   """
-  n = weights.size
-  best = np.zeros(n)
-  for _ in range(k):
-    shifted = np.zeros(n)
-    if n > b:
-      shifted[b:] = best[:n - b]
-    best = np.maximum.accumulate(weights + shifted)
+  best = np.zeros(weights.shape)
+  for best in _separated_sum_passes(weights, b, k):
+    pass
   return float(best[-1])
 
 
@@ -455,3 +512,277 @@ def banded_sensitivity(c_matrix: Any, bands: int, min_sep: int,
         f"exact_sensitivity / lower_bound_sensitivity.")
   weights = np.sum(c * c, axis=0)
   return float(np.sqrt(_max_separated_sum(weights, b, k)))
+
+
+# ---------------------------------------------------------------------------
+# Any C: a valid upper bound, and the best certified value.
+
+
+def _blocks(n: int, b: int, k: int) -> Iterator[tuple[int, int, int, int]]:
+  """(r0, r1, left passes, right passes) of `_row_maxima_by_passes`' blocks.
+
+  Rows r0..r1-1 use columns [0, r1 - b) on the left and [r0 + b, n) on the
+  right; `width` columns hold at most ceil(width / b) rounds, so more than
+  that many passes change nothing.
+  """
+  for r0 in range(0, n, _ROW_BLOCK):
+    r1 = min(r0 + _ROW_BLOCK, n)
+    left_width = max(r1 - b, 0)
+    right_width = max(n - r0 - b, 0)
+    yield (r0, r1, min(k - 1, -(-left_width // b)),
+           min(k - 1, -(-right_width // b)))
+
+
+def _pass_work(n: int, b: int, k: int) -> int:
+  """Array entries `_row_maxima_by_passes` updates (both sides)."""
+  return sum((r1 - r0) * (max(r1 - b, 0) * left + max(n - r0 - b, 0) * right)
+             for r0, r1, left, right in _blocks(n, b, k))
+
+
+def _row_maxima_by_passes(gram: np.ndarray, b: int, k: int) -> np.ndarray:
+  """The w_i of `_row_pattern_maxima`, exactly, by the count-indexed DP.
+
+  left_a[i], the best sum of |G[i, :]| over <= a rounds in [0, i - b], is
+  column i - b of the a-th of `_separated_sum_passes` run on a block of rows
+  of |G| at once; right_c[i], the same over [i + b, n), comes from the passes
+  on the columns reversed. Both grow with the count, so
+  w_i = |G_ii| + max_{a + c = k - 1} (left_a[i] + right_c[i]). Rows go in
+  blocks of _ROW_BLOCK, each side over the columns it needs only: at most
+  2 (k - 1) passes over about half of the n x n array (`_pass_work`),
+  O(k n^2) time, O(n _ROW_BLOCK) extra memory.
+  """
+  n = gram.shape[0]
+  left = np.zeros((k, n))  # left[a, i] = left_a[i]; left[0] = 0.
+  right = np.zeros((k, n))
+
+  def fill(side, block, rows, local, cols, passes):
+    for a, best in enumerate(_separated_sum_passes(block, b, passes), start=1):
+      side[a, rows] = best[local, cols]
+    side[passes + 1:, rows] = side[passes, rows]  # Saturated.
+
+  for r0, r1, left_passes, right_passes in _blocks(n, b, k):
+    rows = np.arange(r0, r1)
+    # Left: columns [0, i - b] of row i, all inside [0, r1 - b).
+    ok = rows[rows >= b]
+    if ok.size:
+      fill(left, np.abs(gram[r0:r1, :r1 - b]), ok, ok - r0, ok - b, left_passes)
+    # Right: columns [i + b, n) of row i, reversed: local column t'' = n-1-t,
+    # so row i needs t'' in [0, n-1-i-b], inside the block [r0 + b, n).
+    ok = rows[rows + b <= n - 1]
+    if ok.size:
+      fill(right, np.abs(gram[r0:r1, r0 + b:][:, ::-1]), ok, ok - r0,
+           n - 1 - b - ok, right_passes)
+  # right[::-1][a] = right_{k-1-a}.
+  return np.abs(np.diagonal(gram)) + (left + right[::-1]).max(axis=0)
+
+
+def _penalized_left_maxima(at: np.ndarray, b: int, lam: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+  """Per row i: max over S in [0, i - b], pairwise >= b apart, of
+  sum_{t in S} (at[t, i] - lam[i]), and |S| for one maximizer S.
+
+  `at` holds the rows of |G| as columns (at[t, i] = |G_it|). The count-free
+  recurrence best_t = max(best_{t-1}, at[t] - lam + best_{t-b}) runs down
+  the rounds t for all rows at once (rows i >= t + b only; row i is read off
+  at t = i - b), keeping the last b + 1 states. O(n^2).
+  """
+  n = at.shape[0]
+  value = np.zeros(n)
+  count = np.zeros(n, dtype=np.int64)
+  ring_v = np.zeros((b + 1, n))
+  ring_c = np.zeros((b + 1, n), dtype=np.int64)
+  for t in range(n - b):
+    s = slice(t + b, n)
+    take_v = at[t, s] - lam[s]
+    take_c = np.ones(n - t - b, dtype=np.int64)
+    if t >= b:
+      take_v += ring_v[(t - b) % (b + 1), s]
+      take_c += ring_c[(t - b) % (b + 1), s]
+    if t >= 1:
+      keep_v = ring_v[(t - 1) % (b + 1), s]
+      keep_c = ring_c[(t - 1) % (b + 1), s]
+    else:
+      keep_v, keep_c = 0.0, 0
+    take = take_v > keep_v
+    cur = t % (b + 1)
+    ring_v[cur, s] = np.where(take, take_v, keep_v)
+    ring_c[cur, s] = np.where(take, take_c, keep_c)
+    value[t + b] = ring_v[cur, t + b]
+    count[t + b] = ring_c[cur, t + b]
+  return value, count
+
+
+def _row_maxima_by_duality(gram: np.ndarray, b: int, k: int,
+                           iterations: int) -> np.ndarray:
+  """Upper bounds on the w_i of `_row_pattern_maxima`, O(n^2) per iteration.
+
+  Lagrangian relaxation of the count: for every lam >= 0,
+
+      w_i - |G_ii| <= f_i(lam) = lam (k - 1) + max_S sum_{j in S} (|G_ij| - lam),
+
+  S over the rounds in [0, i - b] and [i + b, n), pairwise >= b apart, of
+  any size (`_penalized_left_maxima` on each side, all rows at once). Every
+  lam gives a valid bound, so the smallest value seen is kept. f_i is
+  convex and piecewise linear with slope k - 1 - |S*|; the constraints are
+  intervals, so the LP relaxation is integral and min f_i = w_i - |G_ii|
+  (no duality gap). lam is chosen by cutting planes: where the tangents at
+  lo (slope < 0) and hi (slope >= 0) meet, which also certifies
+  min f_i >= their value there. A row stops when a maximizer has exactly
+  k - 1 rounds, has at most k - 1 at lam = 0, or its certified gap is below
+  1e-12 relative; all stop after a few iterations in practice (`iterations`
+  caps them).
+  """
+  n = gram.shape[0]
+  at = np.ascontiguousarray(np.abs(gram).T)  # at[t, i] = |G_it|.
+  at_reversed = np.ascontiguousarray(at[::-1, ::-1])
+
+  def dual(lam):
+    left_v, left_c = _penalized_left_maxima(at, b, lam)
+    right_v, right_c = _penalized_left_maxima(at_reversed, b, lam[::-1].copy())
+    return lam * (k - 1) + left_v + right_v[::-1], left_c + right_c[::-1]
+
+  lo = np.zeros(n)
+  f_lo, c_lo = dual(lo)
+  hi = at.max(axis=0)  # Nothing is taken at lam = max_j |G_ij|: S = {}.
+  f_hi, c_hi = hi * (k - 1), np.zeros(n, dtype=np.int64)
+  best = np.minimum(f_lo, f_hi)
+  done = c_lo <= k - 1
+  for _ in range(iterations):
+    if np.all(done):
+      break
+    s_lo = (k - 1 - c_lo).astype(np.float64)  # < 0 where not done.
+    s_hi = (k - 1 - c_hi).astype(np.float64)  # >= 0.
+    slope = np.where(done, -1.0, s_lo - s_hi)
+    lam = (f_hi - f_lo + s_lo * lo - s_hi * hi) / slope
+    lam = np.where(done, lo, np.clip(lam, lo, hi))
+    certified = f_lo + s_lo * (lam - lo)  # <= min f_i.
+    f, c = dual(lam)
+    best = np.minimum(best, f)
+    done |= (c == k - 1) | (best - certified <= 1e-12 * best)
+    more = c > k - 1
+    lo, f_lo, c_lo = (np.where(more, lam, lo), np.where(more, f, f_lo),
+                      np.where(more, c, c_lo))
+    hi, f_hi, c_hi = (np.where(more, hi, lam), np.where(more, f_hi, f),
+                      np.where(more, c_hi, c))
+  return np.abs(np.diagonal(gram)) + best
+
+
+def _row_pattern_maxima(gram: np.ndarray, b: int, k: int) -> np.ndarray:
+  """w_i >= max over pi' in Pi(b, k) with i in pi' of sum_{j in pi'} |G_ij|.
+
+  Such a pi' is i plus at most k - 1 rounds, pairwise >= b apart, in
+  [0, i - b] and [i + b, n). Exact by `_row_maxima_by_passes` (O(k n^2))
+  while its work is at most _MAX_PASS_WORK n^2 entries (k up to ~16, more
+  for large b); beyond, by `_row_maxima_by_duality` (O(n^2) per iteration,
+  at most _DUAL_ITERATIONS), a bound that is exact or very nearly so.
+  Either way every w_i is at least the maximum, which is all that
+  `upper_bound_sensitivity` needs.
+  """
+  n = gram.shape[0]
+  if k == 1:
+    return np.abs(np.diagonal(gram))
+  if _pass_work(n, b, k) <= _MAX_PASS_WORK * n * n:
+    return _row_maxima_by_passes(gram, b, k)
+  return _row_maxima_by_duality(gram, b, k, _DUAL_ITERATIONS)
+
+
+def upper_bound_sensitivity(c_matrix: Any, min_sep: int, max_participations: int,
+                            *, gram: Any = None) -> float:
+  """A valid UPPER bound on sens(C) under Pi(b, k), for any C (any signs).
+
+  Eq. 5 of paper 004: with unit contributions u_i (rows of U) on a pattern
+  pi and G = C^T C,
+
+      ||C U||_F^2 = ||sum_{i in pi} C[:, i] u_i^T||_F^2
+                  = sum_{i,j in pi} G_ij <u_i, u_j>
+                 <= sum_{i,j in pi} |G_ij|                (|<u_i, u_j>| <= 1)
+                  = sum_{i in pi} sum_{j in pi} |G_ij|
+                 <= sum_{i in pi} w_i,   w_i = max_{pi' in Pi(b, k), i in pi'}
+                                               sum_{j in pi'} |G_ij|
+                 <= max_{pi in Pi(b, k)} sum_{i in pi} w_i,
+
+  (pi itself is one of the pi' containing i), and the last maximum is the
+  O(kn) dynamic program of `banded_sensitivity` over w >= 0. The value
+  returned is its square root. All w_i come at once from a dynamic program
+  batched over blocks of rows of |G| (`_row_pattern_maxima`: exact,
+  O(min(k, n / b) n^2)), or, where that would be slow (large k and n / b),
+  from a Lagrangian relaxation of the count (O(n^2) per cutting-plane step,
+  at most a few dozen steps; it is never below the w_i and in practice equal
+  to them up to 1e-12). About 0.1 s for n = 2052, k = 7 and under a second
+  for any k at n = 2052, besides forming C^T C.
+
+  Tightness. For banded C with min_sep >= bands, G_ij = 0 for i != j in one
+  pattern, so w_i = ||C[:, i]||^2 and the bound equals the exact
+  `banded_sensitivity` (sqrt(k) for C = I). When G >= 0 it is at least the
+  exact value of Eq. 6 and may exceed it (each w_i picks its own pi'). It is
+  always at least Remark 3.2's lower bound ||C u(pi*)||.
+
+  Args:
+    c_matrix: C with one column per round, shape (m, n); or None if `gram`
+      is given.
+    min_sep: b >= 1.
+    max_participations: k >= 1; reduced to ceil(n / b) if larger.
+    gram: optional precomputed n x n Gram matrix C^T C instead of c_matrix.
+
+  Returns:
+    An upper bound on the sensitivity for clip norm zeta = 1.
+
+  Raises:
+    ValueError: invalid arguments (both or neither of c_matrix and gram, a
+      non-square or asymmetric gram, a bad schema).
+  """
+  g, _ = _gram(c_matrix, gram, "upper_bound_sensitivity")
+  n = g.shape[0]
+  k = feasible_participations(n, min_sep, max_participations)
+  b = int(min_sep)
+  weights = _row_pattern_maxima(g, b, k)
+  return float(np.sqrt(_max_separated_sum(weights, b, k)))
+
+
+class Certified(NamedTuple):
+  """A sensitivity that is a guarantee: `value` >= sens(C) (equal if exact)."""
+  value: float
+  kind: str  # EXACT or UPPER_BOUND.
+  method: str  # METHOD_EXACT_SEARCH or METHOD_UPPER_BOUND.
+
+
+def certified_sensitivity(c_matrix: Any, min_sep: int, max_participations: int,
+                          *, max_patterns: int = DEFAULT_MAX_PATTERNS,
+                          gram: Any = None) -> Certified:
+  """The best value of sens(C) under Pi(b, k) that is a guarantee, and its kind.
+
+  Exact (kind EXACT, method METHOD_EXACT_SEARCH) by the maximal-pattern
+  search of `exact_sensitivity` when the Gram matrix C^T C is elementwise
+  non-negative (Eq. 6 of paper 004; same tolerance) and the number of
+  maximal patterns, counted first in O(kn), is at most `max_patterns`.
+  Otherwise `upper_bound_sensitivity` (kind UPPER_BOUND, method
+  METHOD_UPPER_BOUND), valid for any C. Never Remark 3.2's lower bound: the
+  value can be used for privacy accounting.
+
+  Args:
+    c_matrix: C with one column per round, shape (m, n); or None if `gram`
+      is given.
+    min_sep: b >= 1.
+    max_participations: k >= 1; reduced to ceil(n / b) if larger.
+    max_patterns: search exactly only up to this many maximal patterns
+      (>= 1; about a second per 5 million).
+    gram: optional precomputed n x n Gram matrix C^T C instead of c_matrix.
+
+  Returns:
+    Certified(value, kind, method).
+
+  Raises:
+    ValueError: invalid arguments (as for exact_sensitivity).
+  """
+  g, _ = _gram(c_matrix, gram, "certified_sensitivity")
+  n = g.shape[0]
+  k = feasible_participations(n, min_sep, max_participations)
+  b = int(min_sep)
+  max_patterns = _checks.check_positive_int("max_patterns", max_patterns)
+  if (_gram_is_nonnegative(g) and
+      _count_maximal_patterns(n, b, k) <= max_patterns):
+    value, _ = _maximal_pattern_search(g, b, k)
+    return Certified(float(np.sqrt(max(value, 0.0))), EXACT,
+                     METHOD_EXACT_SEARCH)
+  return Certified(upper_bound_sensitivity(None, b, k, gram=g), UPPER_BOUND,
+                   METHOD_UPPER_BOUND)

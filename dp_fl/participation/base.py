@@ -1,12 +1,25 @@
 """Common interface of every participation scheduler: who takes part in round t.
 
-A scheduler owns a `ParticipationLedger` and a seed. ``next_round()`` selects
-the cohort of the next round, records it in the ledger and returns a
-`RoundSelection`. All randomness of round ``t`` comes from
-``np.random.Generator(SeedSequence(seed, spawn_key=(stream, t)))`` — never a
-global RNG — so the state that must be checkpointed is only the ledger, the
-round index and a few per-scheme arrays, and a restored scheduler continues
-with exactly the selections an uninterrupted one would make.
+A scheduler owns a `ParticipationLedger` and a seed. A round is selected, run, and then
+either committed or discarded:
+
+    selection = scheduler.select_round()   # the cohort of row r of C; nothing recorded yet
+    ...run the round...
+    scheduler.commit(selection)            # applied: the ledger records row r
+    scheduler.discard(selection)           # not applied (e.g. non-finite): no row is used,
+                                           # the next selection is a fresh draw for row r
+    scheduler.withdraw(selection)          # never run: as if it had not been selected
+
+``next_round()`` selects and commits at once (simulations and tools). The ledger therefore
+holds exactly the rows of C that were used — the accounting counts rows, never attempts
+(paper 004, Sec. 3.1: the participation schema is over the rows of C). All randomness of a
+selection comes from ``np.random.Generator(SeedSequence(seed, spawn_key=(stream, draw)))``
+where ``draw`` counts selections that were run (committed or discarded); without discards
+``draw`` equals the row index. The state that must be checkpointed is the ledger, the draw
+counter and a few per-scheme arrays, and a restored scheduler continues with exactly the
+selections an uninterrupted one would make. The seed is the secret of the sampling
+(amplification and unpredictability of cohorts assume nobody else knows it): draw it with
+`secret_seed()` and keep it only in checkpointed state.
 
 ``to_bytes()`` serializes configuration *and* state; ``from_bytes()`` (or
 `dp_fl.participation.checkpoint.restore_scheduler` for any kind) rebuilds it.
@@ -37,6 +50,11 @@ STREAM_TRUNCATE = 7
 def round_rng(seed: int, stream: int, index: int) -> np.random.Generator:
   """The Generator for (seed, stream, index); the only source of randomness."""
   return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream, index)))
+
+
+def secret_seed() -> int:
+  """A fresh 128-bit seed from OS entropy: what a private run's sampling must use."""
+  return int(np.random.SeedSequence().entropy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +107,23 @@ class Scheduler(abc.ABC):
     self._num_clients = _checks.check_positive_int("num_clients", num_clients)
     self._seed = _checks.check_nonnegative_int("seed", seed)
     self._ledger = ledger_lib.ParticipationLedger(self._num_clients)
+    self._draws = 0  # Selections run so far (committed or discarded).
+    self._discarded = 0
+    self._pending: RoundSelection | None = None
 
   # ------------------------------------------------------------ interface
   @abc.abstractmethod
-  def _select(self, round_index: int) -> RoundSelection:
-    """Selects round `round_index`'s cohort and updates scheme state (not the ledger)."""
+  def _select(self, round_index: int, draw_index: int) -> RoundSelection:
+    """Selects the cohort of row `round_index` without changing any state.
+
+    `draw_index` (selections run before this one, discarded ones included) keys the
+    randomness and the position in a schedule (bin, group); `round_index` is the row of C
+    the cohort would fill (the ledger's rounds, for separation rules and logs).
+    """
+
+  def _apply(self, selection: RoundSelection) -> None:
+    """Scheme state after `selection` ran (committed or discarded; the ledger aside)."""
+    del selection
 
   @abc.abstractmethod
   def _config(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -112,12 +142,65 @@ class Scheduler(abc.ABC):
     del meta, arrays
 
   # ------------------------------------------------------------ public API
+  def select_round(self) -> RoundSelection:
+    """The cohort of the next row of C; recorded only by `commit`.
+
+    Exactly one selection can be pending: `commit`, `discard` or `withdraw` it first.
+    """
+    if self._pending is not None:
+      raise ValueError(
+          f"Round {self._pending.round_index} was selected and neither committed, discarded "
+          "nor withdrawn; settle it before selecting the next round.")
+    self._pending = self._select(self._ledger.num_rounds, self._draws)
+    return self._pending
+
+  def _settle(self, selection: RoundSelection, verb: str) -> None:
+    if self._pending is None or selection is not self._pending:
+      raise ValueError(f"Cannot {verb} a selection that is not the pending one (select_round "
+                       "returns it; each is settled once).")
+    self._pending = None
+
+  def commit(self, selection: RoundSelection) -> None:
+    """The round of `selection` was applied: the ledger records its row."""
+    self._settle(selection, "commit")
+    self._apply(selection)
+    self._ledger.record(selection.round_index, selection.client_ids)
+    self._draws += 1
+
+  def discard(self, selection: RoundSelection) -> None:
+    """The round of `selection` ran but was not applied: it uses no row of C.
+
+    The scheme moves on (time passed, the draw is spent), so the next selection is a fresh
+    draw for the same row.
+    """
+    self._settle(selection, "discard")
+    self._apply(selection)
+    self._draws += 1
+    self._discarded += 1
+
+  def withdraw(self, selection: RoundSelection) -> None:
+    """`selection` never ran: the scheduler is as before `select_round`."""
+    self._settle(selection, "withdraw")
+
   def next_round(self) -> RoundSelection:
-    """Selects the next round's cohort and records it in the ledger."""
-    r = self._ledger.num_rounds
-    selection = self._select(r)
-    self._ledger.record(r, selection.client_ids)
+    """Selects the next round's cohort and commits it at once."""
+    selection = self.select_round()
+    self.commit(selection)
     return selection
+
+  def realized_if(self, selection: RoundSelection) -> ledger_lib.RealizedParticipation:
+    """The realized participation if `selection` were committed (for ε look-ahead)."""
+    return self._ledger.realized_if(selection.round_index, selection.client_ids)
+
+  @property
+  def draws(self) -> int:
+    """Selections run so far (committed rounds plus discarded ones)."""
+    return self._draws
+
+  @property
+  def discarded_rounds(self) -> int:
+    """Selections that ran but were discarded (they used no row of C)."""
+    return self._discarded
 
   @property
   def num_clients(self) -> int:
@@ -141,7 +224,10 @@ class Scheduler(abc.ABC):
     return self._ledger.realized()
 
   def to_bytes(self) -> bytes:
-    """Configuration and full state as bytes (exact round trip via `from_bytes`)."""
+    """Configuration and full state as bytes (exact round trip via `from_bytes`).
+
+    A pending selection is not part of the state: a restored scheduler selects it again.
+    """
     config, config_arrays = self._config()
     ledger_meta, ledger_arrays = self._ledger.state_arrays()
     dyn_meta, dyn_arrays = self._dynamic_state()
@@ -149,7 +235,8 @@ class Scheduler(abc.ABC):
     for prefix, group in (("config.", config_arrays), ("ledger.", ledger_arrays),
                           ("state.", dyn_arrays)):
       arrays.update({prefix + k: v for k, v in group.items()})
-    meta = {"config": config, "ledger": ledger_meta, "state": dyn_meta}
+    meta = {"config": config, "ledger": ledger_meta, "state": dyn_meta,
+            "draws": self._draws, "discarded": self._discarded}
     return _state_io.pack(self.KIND, self.VERSION, meta, arrays)
 
   @classmethod
@@ -166,6 +253,9 @@ class Scheduler(abc.ABC):
     scheduler._ledger = ledger_lib.ParticipationLedger.from_state_arrays(
         meta["ledger"], group("ledger."))
     scheduler._set_dynamic_state(meta["state"], group("state."))
+    # States written before discards were tracked: every draw was a committed row.
+    scheduler._draws = int(meta.get("draws", scheduler._ledger.num_rounds))
+    scheduler._discarded = int(meta.get("discarded", 0))
     return scheduler
 
   def _rng(self, stream: int, index: int) -> np.random.Generator:

@@ -128,6 +128,7 @@ class DeviceTimerScheduler(base.Scheduler):
     # Dynamic state (besides the ledger).
     self._clock = 0.0
     self._last_time = np.full(n_dev, -np.inf, dtype=np.float64)
+    self._last_draw = np.full(n_dev, -1, dtype=np.int32)  # Last round run (even discarded).
     self._checked_in = np.zeros(n_dev, dtype=bool)
     self._num_checked_in = 0
     self._shortfall_rounds: list[int] = []
@@ -193,8 +194,14 @@ class DeviceTimerScheduler(base.Scheduler):
           "`planned_rounds`.")
 
   # ---------------------------------------------------------- eligibility
-  def _eligible(self, ids: np.ndarray | None, now: float, round_index: int) -> np.ndarray:
-    """Eligibility mask for `ids` (None = all devices) at time `now` and round `round_index`."""
+  def _eligible(self, ids: np.ndarray | None, now: float, round_index: int,
+                draw_index: int | None = None) -> np.ndarray:
+    """Eligibility mask for `ids` (None = all devices) at time `now`, row `round_index`.
+
+    The round-based rule holds in rows of C (what the privacy guarantee needs: the ledger's
+    last row) and, like a device's own timer, in rounds run (`draw_index`: a device that
+    trained in a round the server then discarded waits all the same).
+    """
     last_time = self._last_time if ids is None else self._last_time[ids]
     mask = None
     if self._sep_hours is not None:
@@ -202,6 +209,9 @@ class DeviceTimerScheduler(base.Scheduler):
     if self._sep_rounds is not None:
       last = self._ledger.last_round if ids is None else self._ledger.last_round[ids]
       rmask = (last < 0) | (last <= round_index - self._sep_rounds)
+      draw = self._draws if draw_index is None else draw_index
+      last_draw = self._last_draw if ids is None else self._last_draw[ids]
+      rmask &= (last_draw < 0) | (last_draw <= draw - self._sep_rounds)
       mask = rmask if mask is None else (mask & rmask)
     return mask
 
@@ -231,50 +241,55 @@ class DeviceTimerScheduler(base.Scheduler):
     return ok
 
   # ---------------------------------------------------------- selection
-  def _candidates(self, now: float, round_index: int) -> np.ndarray:
+  def _candidates(self, now: float, round_index: int, draw_index: int) -> np.ndarray:
     """Devices that are (available or checked in) and eligible at `now`."""
     present = self._availability.available_ids(now, self._seed)
     if present is None:  # every device is available
-      candidates = np.flatnonzero(self._eligible(None, now, round_index))
+      candidates = np.flatnonzero(self._eligible(None, now, round_index, draw_index))
     else:
-      candidates = present[self._eligible(present, now, round_index)]
+      candidates = present[self._eligible(present, now, round_index, draw_index)]
       if self._num_checked_in:
         checked = np.flatnonzero(self._checked_in)
-        checked = checked[self._eligible(checked, now, round_index)]
+        checked = checked[self._eligible(checked, now, round_index, draw_index)]
         candidates = np.union1d(candidates, checked)
     return candidates
 
-  def _select(self, round_index: int) -> base.RoundSelection:
+  def _select(self, round_index: int, draw_index: int) -> base.RoundSelection:
     now = self._clock
     waited = 0.0
-    candidates = self._candidates(now, round_index)
+    candidates = self._candidates(now, round_index, draw_index)
     if self._on_shortfall == WAIT:
       while candidates.size < self._m and waited < self._max_wait:
         step = min(self._wait_step, self._max_wait - waited)
         now += step
         waited += step
-        candidates = self._candidates(now, round_index)
+        candidates = self._candidates(now, round_index, draw_index)
     chosen = base.sample_without_replacement(
-        self._rng(base.STREAM_SELECT, round_index), candidates, self._m)
+        self._rng(base.STREAM_SELECT, draw_index), candidates, self._m)
     lo, hi = self._duration
     duration = lo if lo == hi else float(
-        self._rng(base.STREAM_DURATION, round_index).uniform(lo, hi))
-    self._last_time[chosen] = now
-    self._clock = now + duration
+        self._rng(base.STREAM_DURATION, draw_index).uniform(lo, hi))
+    return base.RoundSelection(
+        round_index=round_index, client_ids=chosen, denominator=float(self._m),
+        shortfall=self._m - int(chosen.size), num_candidates=int(candidates.size),
+        start_time_hours=now, duration_hours=duration, waited_hours=waited)
+
+  def _apply(self, selection: base.RoundSelection) -> None:
+    """The round ran (applied or discarded): its time passed and its devices' timers
+    restarted (they trained, whatever the server did with the result)."""
+    now = selection.start_time_hours
+    self._last_time[selection.client_ids] = now
+    self._last_draw[selection.client_ids] = self._draws
+    self._clock = now + selection.duration_hours
     if self._num_checked_in:
       self._checked_in[:] = False
       self._num_checked_in = 0
-    shortfall = self._m - int(chosen.size)
-    if shortfall:
-      self._shortfall_rounds.append(round_index)
-      self._shortfall_sizes.append(shortfall)
-    if waited > 0:
-      self._wait_rounds.append(round_index)
-      self._waits.append(waited)
-    return base.RoundSelection(
-        round_index=round_index, client_ids=chosen, denominator=float(self._m),
-        shortfall=shortfall, num_candidates=int(candidates.size), start_time_hours=now,
-        duration_hours=duration, waited_hours=waited)
+    if selection.shortfall:
+      self._shortfall_rounds.append(selection.round_index)
+      self._shortfall_sizes.append(selection.shortfall)
+    if selection.waited_hours > 0:
+      self._wait_rounds.append(selection.round_index)
+      self._waits.append(selection.waited_hours)
 
   # ---------------------------------------------------------- logs
   @property
@@ -300,7 +315,8 @@ class DeviceTimerScheduler(base.Scheduler):
   @property
   def state_nbytes(self) -> int:
     """Bytes of mutable state (ledger + per-device arrays)."""
-    return self._ledger.nbytes + self._last_time.nbytes + self._checked_in.nbytes
+    return (self._ledger.nbytes + self._last_time.nbytes + self._last_draw.nbytes
+            + self._checked_in.nbytes)
 
   # ---------------------------------------------------------- serialization
   def _config(self):
@@ -331,7 +347,8 @@ class DeviceTimerScheduler(base.Scheduler):
   def _dynamic_state(self):
     meta = {"clock": self._clock}
     arrays = {
-        "last_time": self._last_time, "checked_in": self._checked_in,
+        "last_time": self._last_time, "last_draw": self._last_draw,
+        "checked_in": self._checked_in,
         "shortfall_rounds": np.asarray(self._shortfall_rounds, dtype=np.int64),
         "shortfall_sizes": np.asarray(self._shortfall_sizes, dtype=np.int64),
         "wait_rounds": np.asarray(self._wait_rounds, dtype=np.int64),
@@ -345,6 +362,9 @@ class DeviceTimerScheduler(base.Scheduler):
       raise ValueError(f"`state` array 'last_time' has shape {arrays['last_time'].shape}; "
                        f"expected ({self._num_clients},).")
     self._last_time = arrays["last_time"].astype(np.float64, copy=True)
+    # States written before discards existed: every round run was a row.
+    self._last_draw = (arrays["last_draw"].astype(np.int32, copy=True) if "last_draw" in arrays
+                       else self._ledger.last_round.astype(np.int32))
     self._checked_in = arrays["checked_in"].astype(bool, copy=True)
     self._num_checked_in = int(self._checked_in.sum())
     self._shortfall_rounds = [int(x) for x in arrays["shortfall_rounds"]]

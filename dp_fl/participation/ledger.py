@@ -12,7 +12,11 @@ actually happened so the privacy report uses realized, not configured, values.
 Storage is three ``int32`` arrays of length ``num_clients`` (first round, last
 round, participation count) plus one ``int32`` array of refused check-ins:
 16 bytes per client, i.e. 16 MB for 1,000,000 clients. A histogram of realized
-separations (one ``int64`` counter per distinct gap length) is kept too.
+separations (one ``int64`` counter per distinct gap length) is kept too, and the
+participation record itself: the clients of every recorded round (4 bytes per
+participation, 8 MB for paper 004's 2052 rounds of 1000 clients), so the rows of C
+each client used can be audited against C exactly (`rows_of_client`,
+`participation_patterns`).
 
 Notation: rounds are 0-based; a client that took part in rounds ``r1 < r2`` and
 in no round between has separation ``r2 - r1``; ``min_separation`` is the
@@ -77,6 +81,10 @@ class ParticipationLedger:
     self._min_separation: int | None = None
     self._max_participations = 0
     self._total = 0
+    # The participation record: clients of round r are _history[_offsets[r]:_offsets[r+1]].
+    # None for a ledger restored from a state written before the record was kept.
+    self._history: list[np.ndarray] | None = []
+    self._history_rounds: list[int] = []
 
   # ---------------------------------------------------------------- recording
   def record(self, round_index: int, client_ids: np.ndarray) -> None:
@@ -120,7 +128,36 @@ class ParticipationLedger:
       self._count[ids] += 1
       self._max_participations = max(self._max_participations, int(self._count[ids].max()))
       self._total += int(ids.size)
+      if self._history is not None:
+        self._history.append(np.sort(ids).astype(np.int32))
+        self._history_rounds.append(r)
     self._num_rounds = r + 1
+
+  def realized_if(self, round_index: int, client_ids) -> RealizedParticipation:
+    """`realized()` as it would be after `record(round_index, client_ids)`; no change."""
+    r = _checks.check_nonnegative_int("round_index", round_index)
+    if r < self._num_rounds:
+      raise ValueError(f"`round_index` must be >= {self._num_rounds}; got {round_index!r}.")
+    ids = np.unique(self.validate_ids("client_ids", client_ids))
+    min_sep = self._min_separation
+    last = self._last[ids]
+    repeat = last != _NEVER
+    if np.any(repeat):
+      gap = int((r - last[repeat].astype(np.int64)).min())
+      min_sep = gap if min_sep is None else min(min_sep, gap)
+    counts = self._count[ids].astype(np.int64)
+    k = max(self._max_participations, int(counts.max()) + 1 if ids.size else 0)
+    hist = np.zeros(k + 1, dtype=np.int64)
+    current = self.participation_histogram()
+    hist[:current.size] = current
+    np.subtract.at(hist, counts, 1)
+    np.add.at(hist, counts + 1, 1)
+    return RealizedParticipation(
+        num_rounds=r + 1, min_separation=min_sep, max_participations=k,
+        participation_histogram=tuple(int(x) for x in hist),
+        num_participants=int(self._num_clients - hist[0]),
+        total_participations=self._total + int(ids.size),
+        refused_check_ins=int(self._refused.sum()))
 
   def record_refusal(self, client_ids: np.ndarray) -> None:
     """Counts refused check-ins (ineligible devices asking to participate)."""
@@ -183,6 +220,35 @@ class ParticipationLedger:
     """Read-only view: refused check-ins per client."""
     return _read_only(self._refused)
 
+  @property
+  def has_participation_record(self) -> bool:
+    """Whether every recorded round's clients are known (see `participation_patterns`)."""
+    return self._history is not None
+
+  def _check_record(self) -> list[np.ndarray]:
+    if self._history is None:
+      raise ValueError("This ledger was restored from a state written before the "
+                       "participation record was kept; only its summary is known.")
+    return self._history
+
+  def round_clients(self, round_index: int) -> np.ndarray:
+    """Sorted clients that took part in row `round_index` (empty for an empty round)."""
+    r = _checks.check_nonnegative_int("round_index", round_index)
+    history = self._check_record()
+    i = int(np.searchsorted(self._history_rounds, r))
+    if i < len(self._history_rounds) and self._history_rounds[i] == r:
+      return history[i].astype(np.int64)
+    return np.zeros(0, dtype=np.int64)
+
+  def participation_patterns(self) -> dict[int, tuple[int, ...]]:
+    """client -> the rows of C it took part in, for every client that took part."""
+    history = self._check_record()
+    patterns: dict[int, list[int]] = {}
+    for r, ids in zip(self._history_rounds, history):
+      for c in ids.tolist():
+        patterns.setdefault(c, []).append(r)
+    return {c: tuple(rows) for c, rows in patterns.items()}
+
   def participation_histogram(self) -> np.ndarray:
     """Entry j = number of clients that took part in exactly j rounds."""
     return np.bincount(self._count, minlength=self._max_participations + 1).astype(np.int64)
@@ -208,9 +274,10 @@ class ParticipationLedger:
 
   @property
   def nbytes(self) -> int:
-    """Bytes held by the ledger's arrays."""
+    """Bytes held by the ledger's arrays (the participation record included)."""
+    record = sum(a.nbytes for a in self._history) if self._history is not None else 0
     return int(self._first.nbytes + self._last.nbytes + self._count.nbytes
-               + self._refused.nbytes + self._separation_hist.nbytes)
+               + self._refused.nbytes + self._separation_hist.nbytes + record)
 
   # ---------------------------------------------------------------- state
   def state_arrays(self) -> tuple[dict, dict[str, np.ndarray]]:
@@ -220,6 +287,11 @@ class ParticipationLedger:
             "max_participations": self._max_participations, "total": self._total}
     arrays = {"first": self._first, "last": self._last, "count": self._count,
               "refused": self._refused, "separation_hist": self._separation_hist}
+    if self._history is not None:
+      arrays["record_ids"] = (np.concatenate(self._history) if self._history
+                              else np.zeros(0, dtype=np.int32))
+      arrays["record_rounds"] = np.asarray(self._history_rounds, dtype=np.int64)
+      arrays["record_sizes"] = np.asarray([a.size for a in self._history], dtype=np.int64)
     return meta, arrays
 
   @classmethod
@@ -239,6 +311,16 @@ class ParticipationLedger:
                               else int(meta["min_separation"]))
     ledger._max_participations = int(meta["max_participations"])
     ledger._total = int(meta["total"])
+    if "record_ids" in arrays:
+      sizes = arrays["record_sizes"].astype(np.int64)
+      ids = arrays["record_ids"].astype(np.int32)
+      if int(sizes.sum()) != ids.size or ids.size != ledger._total:
+        raise ValueError("`state` participation record is inconsistent with the ledger's "
+                         f"totals ({ids.size} ids for {ledger._total} participations).")
+      ledger._history = list(np.split(ids, np.cumsum(sizes)[:-1])) if sizes.size else []
+      ledger._history_rounds = [int(r) for r in arrays["record_rounds"]]
+    else:
+      ledger._history, ledger._history_rounds = None, []
     return ledger
 
   def to_bytes(self) -> bytes:

@@ -7,8 +7,8 @@
 * `UniformScheduler` — ``m`` distinct clients uniformly at random per round,
   independently across rounds.
 * `BallsInBinsScheduler` — paper 003 Def. 3.1: each client is placed once, at
-  construction, into one of ``NB`` bins uniformly at random; round ``t`` uses
-  bin ``t mod NB``. Optional fixed size ``B`` (paper 003 Sec. 5.2.1): larger
+  construction, into one of ``NB`` bins uniformly at random; the ``t``-th
+  selection uses bin ``t mod NB`` (a discarded round spends its bin). Optional fixed size ``B`` (paper 003 Sec. 5.2.1): larger
   bins are truncated to ``B`` clients (a random subset per round; truncation is
   equivalent to zero updates, so the analysis is unchanged) and smaller ones
   are padded with zero-update slots; the denominator is always ``B``.
@@ -46,8 +46,8 @@ class PoissonScheduler(base.Scheduler):
   def expected_cohort_size(self) -> float:
     return self._q * self._num_clients
 
-  def _select(self, round_index):
-    rng = self._rng(base.STREAM_SELECT, round_index)
+  def _select(self, round_index, draw_index):
+    rng = self._rng(base.STREAM_SELECT, draw_index)
     k = int(rng.binomial(self._num_clients, self._q))
     ids = np.sort(rng.choice(self._num_clients, size=k, replace=False).astype(np.int64))
     return base.RoundSelection(round_index=round_index, client_ids=ids,
@@ -76,8 +76,8 @@ class UniformScheduler(base.Scheduler):
       raise ValueError(f"`clients_per_round` must be <= `num_clients` ({self._num_clients}); "
                        f"got {clients_per_round!r}.")
 
-  def _select(self, round_index):
-    rng = self._rng(base.STREAM_SELECT, round_index)
+  def _select(self, round_index, draw_index):
+    rng = self._rng(base.STREAM_SELECT, draw_index)
     ids = np.sort(rng.choice(self._num_clients, size=self._m, replace=False).astype(np.int64))
     return base.RoundSelection(round_index=round_index, client_ids=ids,
                                denominator=float(self._m), num_candidates=self._num_clients)
@@ -137,9 +137,10 @@ class BallsInBinsScheduler(base.Scheduler):
   def bin_sizes(self) -> np.ndarray:
     return np.diff(self._offsets)
 
-  def _select(self, round_index):
-    members = self._order[self._offsets[round_index % self._nb]:
-                          self._offsets[round_index % self._nb + 1]]
+  def _select(self, round_index, draw_index):
+    # A discarded draw spends its bin: its clients wait for the next epoch.
+    members = self._order[self._offsets[draw_index % self._nb]:
+                          self._offsets[draw_index % self._nb + 1]]
     if self._fixed is None:
       return base.RoundSelection(round_index=round_index, client_ids=members.copy(),
                                  denominator=self._num_clients / self._nb,
@@ -147,7 +148,7 @@ class BallsInBinsScheduler(base.Scheduler):
     b = self._fixed
     truncated = max(0, members.size - b)
     if truncated:
-      ids = base.sample_without_replacement(self._rng(base.STREAM_TRUNCATE, round_index),
+      ids = base.sample_without_replacement(self._rng(base.STREAM_TRUNCATE, draw_index),
                                             members, b)
     else:
       ids = members.copy()
@@ -197,8 +198,8 @@ class CyclicScheduler(base.Scheduler):
       self._perm_epoch = key
     return self._perm
 
-  def _select(self, round_index):
-    epoch, group = divmod(round_index, self._groups)
+  def _select(self, round_index, draw_index):
+    epoch, group = divmod(draw_index, self._groups)
     perm = self._permutation(epoch)
     ids = np.sort(perm[group * self._m:(group + 1) * self._m])
     return base.RoundSelection(round_index=round_index, client_ids=ids,

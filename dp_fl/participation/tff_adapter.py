@@ -6,7 +6,8 @@ Given a `base.Scheduler` over ``N`` clients and a
 yields, round by round, the selected client ids and their ``tf.data``
 datasets — the federated data argument of a TFF learning process's ``next``
 (paper 004 Alg. 1, the set ``Q^t``) — and records the participation in the
-scheduler's ledger. Scheduler index ``i`` maps to ``client_ids[i]``.
+scheduler's ledger once the round is committed (a discarded round records
+none). Scheduler index ``i`` maps to ``client_ids[i]``.
 
 This module imports neither TensorFlow nor TFF: it only calls methods of the
 objects it is given (the datasets are whatever the client data creates), so the
@@ -85,9 +86,28 @@ class TffParticipation:
   def client_ids(self) -> tuple[str, ...]:
     return tuple(self._ids)
 
+  def select_round(self) -> TffRound:
+    """Selects the next cohort and builds its datasets; nothing is recorded until `commit`
+    (see `base.Scheduler.select_round`)."""
+    return self._datasets(self._scheduler.select_round())
+
+  def commit(self, round_: TffRound) -> None:
+    """The round was applied: the ledger records it."""
+    self._scheduler.commit(round_.selection)
+
+  def discard(self, round_: TffRound) -> None:
+    """The round ran but was not applied: it uses no row of C."""
+    self._scheduler.discard(round_.selection)
+
+  def withdraw(self, round_: TffRound) -> None:
+    """The round never ran."""
+    self._scheduler.withdraw(round_.selection)
+
   def next_round(self) -> TffRound:
     """Selects the next cohort, records it, and builds its datasets."""
-    selection = self._scheduler.next_round()
+    return self._datasets(self._scheduler.next_round())
+
+  def _datasets(self, selection: base.RoundSelection) -> TffRound:
     names = tuple(self._ids[i] for i in selection.client_ids)
     datasets = [self._client_data.create_tf_dataset_for_client(c) for c in names]
     if self._pad and selection.num_padding:

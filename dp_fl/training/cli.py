@@ -29,7 +29,12 @@ _HELP = {
     "mechanism": "privacy mechanism: " + ", ".join(config_lib.MECHANISMS),
     "noise_multiplier": "σ: noise std / clip norm (z for DP-FedAvg)",
     "clip_norm": "ζ: L2 clip norm of each client update",
-    "seed": "seed of model init, participation, noise and data order",
+    "seed": "seed of the public parts: model init, mechanism optimization, simulated "
+            "availability (never the noise or the sampling)",
+    "reproducible_noise_seed": "research only: derive the noise and the client sampling "
+                               "from this number (default: OS entropy, kept only in "
+                               "checkpoints); the run is then NOT private against anyone "
+                               "who knows it",
     "min_sep": "b: min separation (rounds) the mechanism is optimized for / enforced by "
                "--participation=min_sep_rounds",
     "max_participations": "k the mechanism is optimized for (default ceil(n/b))",

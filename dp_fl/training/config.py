@@ -41,10 +41,12 @@ SERVER_OPTIMIZERS = ("sgdm", "adam")
 # Fields whose change would give the learning process another state than the checkpoint's.
 STATE_FIELDS = ("server_optimizer",)
 
-# Fields whose change would alter the privacy guarantee of a resumed run.
+# Fields whose change would alter the privacy guarantee of a resumed run. They are saved in
+# config.json and in every checkpoint, and checked against both on resume.
 PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
                   "seed", "participation", "min_sep", "max_participations", "blt_buffers",
-                  "bandmf_bands", "mechanism_params", "population_sampling_rate", "delta")
+                  "bandmf_bands", "mechanism_params", "population_sampling_rate", "delta",
+                  "reproducible_noise_seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +62,14 @@ class TrainingConfig:
     mechanism: one of MECHANISMS.
     noise_multiplier: σ (noise std / clip norm); for DP-FedAvg the z of paper 001.
     clip_norm: ζ, L2 clip norm of each client update.
-    seed: the run's seed: model init, scheduler, noise and data order derive from it.
+    seed: the seed of the public parts of the run: model initialization, the mechanism's
+      optimization, the simulated device availability. The noise and the sampling of clients
+      never derive from it (see `reproducible_noise_seed`).
+    reproducible_noise_seed: None (the default and the only private choice): the noise seed
+      of the aggregator and the seed of the participation scheduler are drawn from OS entropy
+      and kept only in the checkpointed state. An integer makes both derive from it, so runs
+      can be repeated exactly for research; the run is then NOT private against anyone who
+      knows that number (it is in config.json), and the privacy report says so.
     min_sep: b the mechanism is optimized for and the round-based scheduler enforces.
     max_participations: k the mechanism is optimized for (None: ⌈n/b⌉).
     blt_buffers: d for BLT.
@@ -102,6 +111,7 @@ class TrainingConfig:
   noise_multiplier: float = 1.0
   clip_norm: float = 1.0
   seed: int = 0
+  reproducible_noise_seed: Optional[int] = None
   min_sep: int = 1
   max_participations: Optional[int] = None
   blt_buffers: int = 4
@@ -142,6 +152,8 @@ class TrainingConfig:
     for name in ("max_participations", "bandmf_bands"):
       if getattr(self, name) is not None:
         _checks.check_positive_int(name, getattr(self, name))
+    if self.reproducible_noise_seed is not None:
+      _checks.check_nonnegative_int("reproducible_noise_seed", self.reproducible_noise_seed)
     _one_of("mechanism", self.mechanism, MECHANISMS)
     _one_of("participation", self.participation, PARTICIPATIONS)
     _one_of("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
@@ -217,6 +229,15 @@ class TrainingConfig:
   def is_private(self) -> bool:
     return self.mechanism not in NONPRIVATE_MECHANISMS
 
+  @property
+  def noise_seed_is_public(self) -> bool:
+    """Whether the noise and sampling derive from a seed written in the config."""
+    return self.reproducible_noise_seed is not None
+
+  def privacy_record(self) -> dict[str, Any]:
+    """The privacy-relevant fields, as saved with every checkpoint."""
+    return {name: getattr(self, name) for name in PRIVACY_FIELDS}
+
   def server_learning_rate_at(self, round_index: int) -> float:
     """Server lr of round t (0-based): constant, then a linear cooldown (paper 004, ref. [8])."""
     start = self.rounds - self.cooldown_rounds
@@ -234,10 +255,21 @@ def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 CONFIG_FILE = "config.json"
 
 
-def privacy_differences(saved: TrainingConfig, new: TrainingConfig) -> list[str]:
-  """The privacy-relevant fields that differ, as 'field: saved -> new' lines."""
-  return [f"{name}: {getattr(saved, name)!r} -> {getattr(new, name)!r}"
-          for name in PRIVACY_FIELDS if getattr(saved, name) != getattr(new, name)]
+def privacy_differences(saved: TrainingConfig | Mapping[str, Any],
+                        new: TrainingConfig) -> list[str]:
+  """The privacy-relevant fields that differ, as 'field: saved -> new' lines.
+
+  `saved` is a config or a `privacy_record()` (a field missing from an older record is
+  compared with the field's default).
+  """
+  record = saved.privacy_record() if isinstance(saved, TrainingConfig) else dict(saved)
+  defaults = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
+  out = []
+  for name in PRIVACY_FIELDS:
+    old = record.get(name, defaults.get(name))
+    if old != getattr(new, name):
+      out.append(f"{name}: {old!r} -> {getattr(new, name)!r}")
+  return out
 
 
 def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
@@ -248,6 +280,23 @@ def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
   changed; the other fields (e.g. more rounds, another eval cadence) may change on resume and
   the new config is saved.
   """
+  saved = check_saved(config)
+  save(config)
+  return saved
+
+
+def save(config: TrainingConfig) -> None:
+  """Writes `config.json` in the run directory (atomically)."""
+  path = os.path.join(config.root_dir, CONFIG_FILE)
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(config.to_json())
+  os.replace(tmp, path)
+
+
+def check_saved(config: TrainingConfig) -> Optional[TrainingConfig]:
+  """The saved `config.json` of the run directory (None if there is none), checked against
+  `config` as `save_or_check` does; writes nothing."""
   path = os.path.join(config.root_dir, CONFIG_FILE)
   saved = None
   if os.path.exists(path):
@@ -275,8 +324,4 @@ def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
           f"Refusing to resume the run in {config.root_dir!r}: its checkpoints hold the state "
           f"of another server optimizer ({'; '.join(restructured)}). Resume with the saved "
           "setting, or start a new run in another --root_dir.")
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(config.to_json())
-  os.replace(tmp, path)
   return saved

@@ -31,15 +31,68 @@ def participation_from_realized(realized: ledger_lib.RealizedParticipation
                                   clients_seen=realized.num_participants)
 
 
+def release_scope(config: config_lib.TrainingConfig
+                  ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+  """(scope, caveats) of a training run's privacy report: what the run releases, what the
+  guarantee covers and what it assumes (paper 004, App. C), and what weakens the claim."""
+  sampled = config.participation == "poisson"
+  secret = ("the aggregator's noise seed" + (" and the scheduler's sampling seed" if sampled
+                                             else " and the scheduler's seed"))
+  scope = (
+      ("covered", "The sequence of noised aggregates of the rows of C actually used (one per "
+       "applied round), hence every global model, the checkpoints' models and everything "
+       "computed from them alone. A round discarded for a non-finite result uses no row of C "
+       "and its result is dropped; the ledger and the accounting count applied rounds only."),
+      ("released: models and evaluations", "Covered (post-processing). metrics/eval.csv is "
+       "computed on the task's held-out data, which this guarantee does not protect; "
+       "evaluations are published only for checkpointed states, so a crash never makes a "
+       "published result be recomputed with the same noise."),
+      ("released: per-round training metrics — NOT covered", "metrics/train.csv and the "
+       "tensorboard train/ scalars hold un-noised client statistics: training loss and "
+       "accuracy, example and batch counts, clipped / zeroed / non-finite counts, the cohort "
+       "size" + (" (under Poisson sampling it reveals how many users were sampled)"
+                 if sampled else "") + ". They are computed from the clients' data without "
+       "noise: keep them as private as the data; do not publish them."),
+      ("decisions on un-noised data — NOT covered", "--on_nonfinite="
+       f"{config.on_nonfinite}: stopping or discarding a round is decided on the clients' "
+       "un-noised losses and so reveals that some client of that cohort diverged. "
+       "--target_epsilon stops on the accountant, which depends on participation only."),
+      ("secrets", f"{secret[0].upper() + secret[1:]} are drawn from OS entropy and kept only in "
+       "the checkpoints (never in config.json or the logs). Anyone who reads a checkpoint can "
+       "regenerate the noise: keep the run directory's checkpoints as secret as the data."
+       if not config.noise_seed_is_public else
+       f"{secret[0].upper() + secret[1:]} derive from --reproducible_noise_seed, which is "
+       "written in config.json (see the caveat)."),
+      ("assumed", "A trusted server (central DP) that clips, aggregates and adds the noise as "
+       "configured; clients that follow the participation rules (a client that ignores its "
+       "timer is refused); deterministic client computation, so a round re-run after a crash "
+       "(from the last checkpoint, with the same noise row) reproduces its result bitwise "
+       "(tested on CPU) — nothing noised from rounds after the last checkpoint was published."),
+  )
+  caveats = ()
+  if config.noise_seed_is_public:
+    caveats = (f"the noise and the client sampling derive from reproducible_noise_seed="
+               f"{config.reproducible_noise_seed}, written in config.json: this run is NOT "
+               "private against anyone who knows that number (research runs only).",)
+  return scope, caveats
+
+
 class PrivacyTracker:
-  """ε so far for the run's mechanism; `report` for the App. C privacy report."""
+  """ε so far for the run's mechanism; `report` for the App. C privacy report.
+
+  ε is always an upper bound on the truth: from the exact sensitivity, or from a valid upper
+  bound where only a lower bound is known; the decisions of the training loop
+  (--target_epsilon) and the run's summary use it.
+  """
 
   def __init__(self, mechanism_name: str, mechanism: Any, noise_multiplier: float,
                clip_norm: float, clients_per_round: float, delta: float,
-               population: Optional[int] = None):
+               population: Optional[int] = None,
+               scope: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] = ((), ())):
     """Args: mechanism_name (config.MECHANISMS), mechanism (a dp_fl.mechanisms.catalog
     Mechanism for DP-FTRL, else None), noise_multiplier σ (z for DP-FedAvg), clip_norm,
-    clients_per_round (m, or C̃ for Poisson), delta, population (K, DP-FedAvg only)."""
+    clients_per_round (m, or C̃ for Poisson), delta, population (K, DP-FedAvg only),
+    scope ((scope, caveats) from `release_scope`, shown in every report)."""
     self._name = mechanism_name
     self._mechanism = mechanism
     self._sigma = noise_multiplier
@@ -47,6 +100,7 @@ class PrivacyTracker:
     self._m = clients_per_round
     self._delta = delta
     self._population = population
+    self._scope, self._caveats = scope
 
   def report(self, realized: ledger_lib.RealizedParticipation) -> Optional[Any]:
     """The privacy report after the rounds in `realized`; None when nothing is private."""
@@ -57,13 +111,14 @@ class PrivacyTracker:
         return None
       return report_lib.dpfedavg_report(self._population, self._m, self._sigma,
                                         realized.num_rounds, self._delta,
-                                        clip_norm=self._clip)
+                                        clip_norm=self._clip, scope=self._scope,
+                                        caveats=self._caveats)
     participation = participation_from_realized(realized)
     if participation is None:
       return None
     return report_lib.matrix_mechanism_report(
         self._mechanism, self._sigma, participation, self._delta, clip_norm=self._clip,
-        clients_per_round=self._m)
+        clients_per_round=self._m, scope=self._scope, caveats=self._caveats)
 
   @property
   def progress_accountant(self) -> str:

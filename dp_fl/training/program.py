@@ -11,16 +11,30 @@ every `eval_every` rounds the global model is evaluated and the privacy report (
 realized participation) is refreshed; every `checkpoint_every` rounds, on SIGTERM/SIGINT and
 at the end a checkpoint holds everything the next rounds depend on.
 
-Runs are deterministic given the config: the model is initialized from the run's seed, the
-noise is a function of (seed, round) and the aggregator state, the scheduler draws from its
-own seeded streams, and client datasets must be deterministic. A run killed at any point and
-resumed from its latest checkpoint ends with the same model, bitwise, as an uninterrupted one
-(`tests/training/program_test.py`).
+Secrets and determinism: the noise seed of the aggregator and the seed of the participation
+scheduler are drawn from OS entropy and live only in the learning-process state and the
+scheduler state — both in every checkpoint, never in config.json or the logs — so nobody who
+reads the config or the code can regenerate the noise or predict the cohorts (the checkpoints
+must be kept as secret as the data). `reproducible_noise_seed` derives both from a number
+instead, for research, and the report then says the run is not private against anyone who
+knows it. Given those seeds a run is deterministic: the model is initialized from `seed`, the
+noise is a function of (noise seed, row of C) and the aggregator state, the scheduler draws
+from its own seeded streams, and client datasets must be deterministic. A run killed at any
+point and resumed from its latest checkpoint ends with the same model, bitwise, as an
+uninterrupted one (`tests/training/program_test.py`).
+
+Privacy bookkeeping: a round's cohort is recorded in the ledger only when the round is
+applied; a discarded round (non-finite result) uses no row of C and leaves no trace in the
+ledger, so the accounting counts exactly the rows of C used. Every checkpoint carries the
+privacy-relevant configuration and a hash of the mechanism, checked on resume whatever files
+beside it are missing. Evaluations are published only after the state they evaluate was
+checkpointed, so no published result is ever recomputed with the same noise after a crash.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -137,15 +151,39 @@ def build_mechanism(config: config_lib.TrainingConfig) -> Optional[catalog.Mecha
   return mechanism
 
 
-def build_scheduler(config: config_lib.TrainingConfig,
-                    num_clients: int) -> participation_base.Scheduler:
-  """The participation scheduler of `config.participation` over `num_clients` clients."""
-  m, n, seed = config.clients_per_round, config.rounds, config.seed
+def mechanism_digest(mechanism: Optional[catalog.Mechanism]) -> Optional[str]:
+  """SHA-256 of the mechanism's parameters (canonical JSON); None without a mechanism."""
+  if mechanism is None:
+    return None
+  text = json.dumps(mechanism.to_dict(), sort_keys=True, separators=(",", ":"))
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def secret_seeds(config: config_lib.TrainingConfig) -> tuple[int, Optional[int]]:
+  """(scheduler seed, aggregator noise seed) of a new run.
+
+  From OS entropy unless `reproducible_noise_seed` is set (research runs; then both derive
+  from it, in independent streams). None for the aggregator lets the factory draw its own.
+  """
+  if config.reproducible_noise_seed is not None:
+    return config.reproducible_noise_seed, config.reproducible_noise_seed
+  return participation_base.secret_seed(), None
+
+
+def build_scheduler(config: config_lib.TrainingConfig, num_clients: int,
+                    seed: Optional[int] = None) -> participation_base.Scheduler:
+  """The participation scheduler of `config.participation` over `num_clients` clients.
+
+  `seed` is the secret seed of the sampling (default: `secret_seeds(config)`); the simulated
+  availability (time zones) derives from the public `config.seed`.
+  """
+  m, n = config.clients_per_round, config.rounds
+  seed = secret_seeds(config)[0] if seed is None else seed
   if config.participation in ("device_timer", "min_sep_rounds"):
     if config.availability == "always":
       availability = availability_lib.AlwaysAvailable()
     else:
-      offsets = np.random.default_rng([seed, 7]).uniform(-3.0, 3.0, num_clients)
+      offsets = np.random.default_rng([config.seed, 7]).uniform(-3.0, 3.0, num_clients)
       availability = availability_lib.DiurnalAvailability(offsets)
     timer = ({"min_separation_hours": config.timer_hours}
              if config.participation == "device_timer"
@@ -190,8 +228,12 @@ def _server_optimizer(config: config_lib.TrainingConfig):
   return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)
 
 
-def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int):
-  """The model aggregator of the run's mechanism (dp_fl.aggregators)."""
+def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int,
+                     noise_seed: Optional[int] = None):
+  """The model aggregator of the run's mechanism (dp_fl.aggregators).
+
+  `noise_seed` None draws the noise seed from OS entropy (it is then only in the state).
+  """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   if config.mechanism == "none":
     return tff.aggregators.UnweightedMeanFactory()
@@ -210,11 +252,11 @@ def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clie
     q = config.population_sampling_rate or config.clients_per_round / num_clients
     return dp_fedavg.DPFedAvgFactory(
         clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-        sampling_probability=q, total_weight=float(num_clients), seed=config.seed)
+        sampling_probability=q, total_weight=float(num_clients), seed=noise_seed)
   from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
   return dp_ftrl.DPFTRLFactory.from_mechanism(
       mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-      clients_per_round=config.clients_per_round, rounds=config.rounds, seed=config.seed)
+      clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
 
 
 def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
@@ -319,6 +361,32 @@ def _nonfinite_problem(metrics: dict[str, Any], num_clients: int) -> str:
 # The loop.
 
 
+def check_checkpoint_privacy(restored: checkpoints_lib.Checkpoint,
+                             config: config_lib.TrainingConfig,
+                             config_was_saved: bool) -> None:
+  """Refuses to resume from `restored` with privacy-relevant settings other than its own.
+
+  Every checkpoint carries the privacy-relevant configuration it was written under; the
+  check holds whatever files beside it (config.json, mechanism.json) were removed. A
+  checkpoint written before that record existed is accepted only next to its config.json.
+  """
+  record = restored.meta.get("privacy")
+  if record is None:
+    if config_was_saved:
+      return
+    raise ValueError(
+        f"The checkpoint {restored.path} holds no record of the privacy settings it was "
+        f"written under, and {config_lib.CONFIG_FILE} is missing from {config.root_dir!r}, so "
+        "resuming could silently change the noise or the participation. Restore "
+        f"{config_lib.CONFIG_FILE}, or start a new run in another --root_dir.")
+  changed = config_lib.privacy_differences(record, config)
+  if changed:
+    raise ValueError(
+        f"Refusing to resume from the checkpoint {restored.path}: it was written with other "
+        f"privacy settings ({'; '.join(changed)}). Resume with the checkpoint's settings, or "
+        "start a new run in another --root_dir.")
+
+
 def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
         progress_stream: Optional[TextIO] = None,
         max_rounds_this_call: Optional[int] = None
@@ -341,29 +409,42 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   if task.name != config.task:
     raise ValueError(f"`config.task` is {config.task!r} but the task is {task.name!r}.")
   check_root_dir(config.root_dir)
-  config_lib.save_or_check(config)
+  manager = checkpoints_lib.CheckpointManager(
+      os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
+  restored = manager.restore_latest()
+  saved = config_lib.check_saved(config)
+  if restored is not None:  # Before config.json is (re)written.
+    check_checkpoint_privacy(restored, config, saved is not None)
+  config_lib.save(config)
   num_clients = len(task.train_data.client_ids)
   if num_clients < config.clients_per_round and config.participation != "poisson":
     raise ValueError(f"`clients_per_round`={config.clients_per_round} exceeds the "
                      f"{num_clients} training clients of task {task.name!r}.")
   mechanism = build_mechanism(config)
-  aggregator = build_aggregator(config, mechanism, num_clients)
-  scheduler = build_scheduler(config, num_clients)
+  digest = mechanism_digest(mechanism)
+  if restored is not None and "mechanism_sha256" in restored.meta and (
+      restored.meta["mechanism_sha256"] != digest):
+    raise ValueError(
+        f"Refusing to resume from the checkpoint {restored.path}: it was written with another "
+        f"mechanism (parameters hash {restored.meta['mechanism_sha256'][:12]}…, now "
+        f"{str(digest)[:12]}…); {MECHANISM_FILE} in {config.root_dir!r} was changed or "
+        "rebuilt. Put back the run's mechanism file, or start a new run in another --root_dir.")
+  scheduler_seed, noise_seed = secret_seeds(config)
+  aggregator = build_aggregator(config, mechanism, num_clients, noise_seed)
+  scheduler = build_scheduler(config, num_clients, scheduler_seed)
   # DP-FedAvg accounts the Poisson rate q the scheduler and the aggregator use: C̃ = qK.
   expected_clients = (config.population_sampling_rate * num_clients
                       if config.population_sampling_rate else config.clients_per_round)
   tracker = privacy_lib.PrivacyTracker(
       config.mechanism, mechanism, config.noise_multiplier, config.clip_norm,
-      expected_clients, config.delta, population=num_clients)
+      expected_clients, config.delta, population=num_clients,
+      scope=privacy_lib.release_scope(config))
 
   tf.keras.utils.set_random_seed(config.seed)
   process = build_learning_process(task, config, aggregator)
   state = process.initialize()
   template = state
-  manager = checkpoints_lib.CheckpointManager(
-      os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
-  restored = manager.restore_latest()
-  rounds_done, discarded, resumed_from = 0, 0, None
+  rounds_done, resumed_from = 0, None
   participation = tff_adapter.TffParticipation(scheduler, task.train_data)
   if restored is not None:
     flat_template = tf.nest.flatten(template)
@@ -376,7 +457,6 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
     participation = tff_adapter.TffParticipation.restore(restored.blobs["scheduler"],
                                                          task.train_data)
     rounds_done = restored.round
-    discarded = int(restored.meta.get("discarded_rounds", 0))
     resumed_from = rounds_done
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   meter = outputs_lib.ProgressMeter(rounds_done, config.rounds)
@@ -393,10 +473,18 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   resident = resident_lib.ResidentProcess(process, state)
   del state
 
+  def discarded() -> int:
+    return participation.scheduler.discarded_rounds
+
+  discards_at_checkpoint = discarded()
+
   def save_checkpoint() -> dict[str, float]:
+    nonlocal discards_at_checkpoint
+    discards_at_checkpoint = discarded()
     return manager.save(rounds_done, tf.nest.flatten(resident.state()),
                         {"scheduler": participation.state()},
-                        {"discarded_rounds": discarded, "task": task.name})
+                        {"discarded_rounds": discarded(), "task": task.name,
+                         "privacy": config.privacy_record(), "mechanism_sha256": digest})
 
   def refresh_privacy():
     report = tracker.report(participation.scheduler.realized())
@@ -416,29 +504,31 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
           max_rounds_this_call):
         stopped, message = "paused", f"paused after {max_rounds_this_call} rounds"
         break
-      snapshot = participation.state() if config.target_epsilon is not None else None
-      selection = participation.next_round()
-      if snapshot is not None:
-        eps_next = tracker.epsilon(participation.scheduler.realized())
+      pending = participation.select_round()
+      if config.target_epsilon is not None:
+        eps_next = tracker.epsilon(participation.scheduler.realized_if(pending.selection))
         if eps_next > config.target_epsilon:
-          participation = tff_adapter.TffParticipation.restore(snapshot, task.train_data)
+          participation.withdraw(pending)
           stopped = "target_epsilon"
           message = (f"stopped before round {rounds_done + 1}: it would raise ε to "
                      f"{eps_next:.4g} > target {config.target_epsilon:g}")
           break
       datasets = [ds.repeat(config.client_epochs) if config.client_epochs > 1 else ds
-                  for ds in selection.datasets]
+                  for ds in pending.datasets]
       round_result = resident.next(datasets)
       metrics = outputs_lib.flatten_metrics(round_result.metrics)
-      problem = _nonfinite_problem(metrics, len(selection.client_ids))
+      problem = _nonfinite_problem(metrics, len(pending.client_ids))
       if problem:
         if config.on_nonfinite == "stop":
+          participation.withdraw(pending)
           stopped = "nonfinite"
           message = (f"round {rounds_done + 1}: {problem}; stopped without applying it (the "
                      "last checkpoint is intact). Lower the learning rates or use "
                      "--on_nonfinite=discard.")
           break
-        discarded += 1
+        # Not applied: the aggregator state (the row of C) does not advance, and the ledger
+        # records nothing; the next selection is a fresh draw for the same row.
+        participation.discard(pending)
         consecutive_discards += 1
         outputs.progress(f"round {rounds_done + 1}: {problem}; round discarded")
         if consecutive_discards >= MAX_CONSECUTIVE_DISCARDS:
@@ -449,6 +539,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
         continue
       consecutive_discards = 0
       resident.commit(round_result)
+      participation.commit(pending)
       if task.project_weights is not None:
         state = resident.state()
         weights = _model_weights(process, state)
@@ -456,13 +547,19 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
         resident.set_state(_with_model_weights(process, state, type(weights)(
             trainable=projected, non_trainable=weights.non_trainable)))
       rounds_done += 1
-      metrics.update(clients=len(selection.client_ids),
-                     shortfall=selection.selection.shortfall,
-                     discarded_rounds=discarded,
+      metrics.update(clients=len(pending.client_ids),
+                     shortfall=pending.selection.shortfall,
+                     discarded_rounds=discarded(),
                      server_learning_rate=config.server_learning_rate_at(rounds_done - 1))
       outputs.train(rounds_done, metrics)
       is_last = rounds_done == config.rounds
-      if rounds_done % config.eval_every == 0 or is_last:
+      is_eval = rounds_done % config.eval_every == 0 or is_last
+      if rounds_done % config.checkpoint_every == 0 or is_last or is_eval:
+        # Before an evaluation is published: a crash after it resumes from this state, so
+        # the published result is never recomputed (with the same noise) on resume.
+        save_checkpoint()
+        last_checkpoint = rounds_done
+      if is_eval:
         eval_metrics = evaluate(task, _model_weights(process, resident.state()))
         outputs.evaluation(rounds_done, eval_metrics)
         evaluated_round = rounds_done
@@ -476,16 +573,13 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
             rounds_done, tracker.epsilon(participation.scheduler.realized()),
             accountant=tracker.progress_accountant))
         last_progress = time.perf_counter()
-      if rounds_done % config.checkpoint_every == 0 or is_last:
-        save_checkpoint()
-        last_checkpoint = rounds_done
       if stop.signum is not None:
         stopped = "signal"
         message = (f"{signal.Signals(stop.signum).name} received: stopped after round "
                    f"{rounds_done}; rerun the same command to resume")
         break
-  if last_checkpoint != rounds_done:
-    save_checkpoint()
+  if last_checkpoint != rounds_done or discarded() != discards_at_checkpoint:
+    save_checkpoint()  # Rounds, or discards (they move the scheduler on), since the last.
   report = refresh_privacy() if rounds_done else None
   if rounds_done and evaluated_round != rounds_done:
     eval_metrics = evaluate(task, _model_weights(process, resident.state()))
@@ -496,8 +590,9 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   outputs.summary({
       "task": task.name, "rounds_completed": rounds_done, "stopped": stopped,
       "message": message, "eval": eval_metrics, "baseline": dict(task.baseline_metrics),
-      "epsilon": epsilon, "delta": config.delta, "resumed_from": resumed_from,
-      "seconds_this_call": seconds, "discarded_rounds": discarded,
+      "epsilon": epsilon, "epsilon_is_upper_bound": report is not None,
+      "delta": config.delta, "resumed_from": resumed_from,
+      "seconds_this_call": seconds, "discarded_rounds": discarded(),
       "realized_participation": dataclasses.asdict(participation.scheduler.realized()),
   })
   if message:
@@ -517,7 +612,8 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   """σ such that the *planned* schedule reaches `target_epsilon` at `config.delta`.
 
   DP-FTRL: σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
-  max_participations) (paper 004, Sec. 3.1); the report after training uses the realized
+  max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
+  lower bound is known (never the lower bound); the report after training uses the realized
   participation instead. DP-FedAvg: the smallest z (bisection, RDP accountant) for T = rounds.
   """
   from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
@@ -548,7 +644,8 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   k, _ = catalog.feasible_participations(config.rounds, config.min_sep,
                                          config.max_participations)
   sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
-  return zcdp.noise_multiplier_for_epsilon(sens.value, target_epsilon, config.delta)
+  # Never a lower bound: σ must reach the target for the true sensitivity.
+  return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
 
 
 def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,
@@ -578,9 +675,12 @@ def summary_lines(task: task_lib.Task, result: RunResult) -> list[str]:
   if report is None:
     lines.append("  privacy: none (non-private training)")
   else:
-    bound = " (a LOWER BOUND: sensitivity from Remark 3.2)" if getattr(
-        report, "sensitivity_is_lower_bound", False) else ""
+    lower = getattr(report, "epsilon_lower_bound", None)
+    bound = ("" if lower is None else
+             f" (an upper bound: the sensitivity is only bracketed; ε ≥ {lower:.4g})")
     lines.append(f"  privacy: ε = {report.epsilon:.4g} at δ = {report.delta:g}{bound}")
+    for caveat in getattr(report, "caveats", ()):
+      lines.append(f"           NOTE: {caveat}")
     participation = getattr(report, "participation", None)
     if participation is not None:
       lines.append(f"           ρ = {report.rho:.4g}-zCDP; realized min-sep "

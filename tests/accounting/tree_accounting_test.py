@@ -40,7 +40,8 @@ def test_matches_tf_privacy_tree_aggregation_accountant(n, min_sep, k):
 
 def test_report_labels_a_lower_bound():
   # With an exact computation out of budget the tree falls back to Remark 3.2; the report
-  # must say that the guarantee is a lower bound.
+  # must say that the exact sensitivity is unknown, and compute ρ and ε from the valid upper
+  # bound next to it (never from the lower bound).
   from dp_fl.mechanisms import tree  # pylint: disable=g-import-not-at-top
   value, kind, _ = tree.tree_sensitivity(2052, 10, 206, max_work=1)
   assert kind == catalog.LOWER_BOUND
@@ -48,7 +49,11 @@ def test_report_labels_a_lower_bound():
   mechanism = catalog.TreeMechanism(full=False, max_work=1)
   rep = report_lib.matrix_mechanism_report(mechanism, 7.0, participation, 1e-10)
   assert rep.sensitivity_is_lower_bound
-  assert rep.sensitivity == pytest.approx(value)
+  assert rep.sensitivity_lower_bound == pytest.approx(value)
+  sens = mechanism.sensitivity(2052, 10, 206)
+  assert sens.upper > value
+  assert rep.sensitivity == pytest.approx(sens.guaranteed)
+  assert rep.epsilon > rep.epsilon_lower_bound
   assert "lower bound" in rep.to_markdown().lower()
   assert math.isfinite(rep.epsilon)
 

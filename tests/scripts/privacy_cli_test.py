@@ -1,15 +1,23 @@
-"""scripts/privacy.py: paper 004 Table 4 (BLT rows), paper 001 Table 2, balls-in-bins, errors."""
+"""scripts/privacy.py: paper 004 Table 4 (BLT rows), paper 001 Table 2, balls-in-bins
+(Estimate-Verify-Release), guaranteed sensitivities, errors."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 
+from dp_fl.accounting import balls_in_bins
+from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import catalog
 from scripts import privacy as cli
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,10 +69,144 @@ def test_paper_001_table_2_row_via_cli():
   assert result["epsilon_pld"] <= result["epsilon_rdp"]
 
 
-def test_balls_in_bins_amplification_lowers_sigma():
-  out = cli.balls_in_bins_calibration("dpsgd", None, 2, 8, 4, 2.0, 1e-3, 2**15, 0)
-  assert out["noise_multiplier"] < out["noise_multiplier_without_amplification"]
-  assert out["mc_samples"] == 2**15 and out["standard_error"] > 0
+# A small balls-in-bins setting: Thm 2.1 needs ~3.2e5 samples at δ = 1e-3, ~1 s. Runs on
+# OS-entropy seeds use a wide margin (relative Monte Carlo error here is ~4%, so margin 0.5
+# puts verification ~7 standard errors clear: no flaky failures).
+_BIB = dict(name="dpsgd", params_in=None, epochs=2, batches_per_epoch=8, buffers=4,
+            target_epsilon=2.0, delta=1e-3)
+_BIB_FLAGS = ["--sampling=balls_in_bins", "--mechanism=dpsgd", "--epochs=2",
+              "--batches_per_epoch=8", "--target_epsilon=2", "--delta=1e-3"]
+
+
+def test_balls_in_bins_sigma_is_released_only_after_verification():
+  out = _cli(*_BIB_FLAGS, "--calibration_margin=0.5", "--format=json")
+  assert out.returncode == 0, out.stderr
+  r = json.loads(out.stdout)
+  assert r["released"] is True and r["verification"] == "passed"
+  # Calibrated to δ_cal = δ_verify / (1 + margin) on one seed, verified on another.
+  assert r["delta_verify"] == pytest.approx(balls_in_bins.DEFAULT_VERIFY_RATIO * 1e-3)
+  assert r["delta_calibration"] == pytest.approx(r["delta_verify"] / 1.5)
+  assert r["calibration_seed"] != r["verification_seed"]
+  assert r["verification_delta_hat"] <= r["delta_verify"]
+  required = balls_in_bins.required_num_samples(r["delta_verify"], 1e-3)
+  assert r["mc_samples"] == r["mc_samples_required"] == required
+  assert 0 < r["verification_failure_probability_bound"] <= 1e-3  # Thm 2.1.
+  assert "Thm 2.1" in r["guarantee"] and "(2, 0.001)-DP" in r["guarantee"]
+  # The σ printed is the σ verified: recheck it on the verification seed.
+  assert r["noise_multiplier"] >= r["calibration_noise_multiplier"]
+  mechanism = catalog.build("dpsgd", rounds=16, min_sep=8, max_participations=2).mechanism
+  pair = balls_in_bins.dominating_pair(num_bins=8, num_epochs=2,
+                                       **mechanism.lower_triangular_input(16))
+  again = balls_in_bins.estimate_verify_release(
+      pair, noise_multiplier=r["noise_multiplier"], epsilon=2.0, delta=1e-3,
+      seed=r["verification_seed"], num_samples=r["mc_samples"])
+  assert again.verified and again.delta_hat == pytest.approx(r["verification_delta_hat"])
+  assert r["noise_multiplier"] < r["noise_multiplier_without_amplification"]
+
+
+def test_balls_in_bins_seeds_fresh_by_default_reproducible_with_seed():
+  a = cli.balls_in_bins_release(**_BIB, calibration_margin=0.5)
+  b = cli.balls_in_bins_release(**_BIB, calibration_margin=0.5)
+  seeds = {a["calibration_seed"], a["verification_seed"], b["calibration_seed"],
+           b["verification_seed"]}
+  assert len(seeds) == 4  # OS entropy: every run, and both stages, get their own seed.
+  c = cli.balls_in_bins_release(**_BIB, seed=7)
+  d = cli.balls_in_bins_release(**_BIB, seed=7)
+  assert c["calibration_seed"] == 7 != c["verification_seed"]
+  assert c["delta_calibration"] == pytest.approx(
+      c["delta_verify"] / (1 + cli.DEFAULT_CALIBRATION_MARGIN))
+  assert (c["verification_seed"], c["noise_multiplier"]) == (
+      d["verification_seed"], d["noise_multiplier"])
+  assert any("--seed=7" in n for n in c["notes"])
+  for seed in (0, 1, 2**64 + 3):
+    cal, ver = cli.accounting_seeds(seed)
+    assert cal == seed and ver != cal
+
+
+def test_balls_in_bins_failed_verification_releases_nothing(monkeypatch):
+  # Calibration that returns too small a σ (as a bad seed or an optimistic estimate
+  # could): the genuine verification on the fresh seed must catch it.
+  real = balls_in_bins.calibrate_noise_multiplier
+
+  def optimistic(*args, **kwargs):
+    cal = real(*args, **kwargs)
+    return dataclasses.replace(cal, noise_multiplier=0.8 * cal.noise_multiplier)
+
+  monkeypatch.setattr(balls_in_bins, "calibrate_noise_multiplier", optimistic)
+  with pytest.raises(cli.VerificationFailedError, match="--calibration_margin"):
+    cli.balls_in_bins_release(**_BIB, seed=0)
+  out = io.StringIO()
+  err = io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    rc = cli.main([*_BIB_FLAGS, "--format=json"])
+  assert rc == 1
+  assert out.getvalue() == ""  # No σ printed at all.
+  message = err.getvalue()
+  assert "verification failed, no σ released" in message
+  assert "--mc_samples=" in message and "--calibration_margin=" in message
+  assert "Traceback" not in message
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--mc_samples=1000"], "--mc_samples=1000 is below the 321214"),
+    (["--delta_verify=1e-3"], "--delta_verify=0.001 must be in (0, --delta=0.001)"),
+    (["--calibration_margin=-0.5"], "--calibration_margin=-0.5"),
+    (["--seed=-1"], "--seed=-1"),
+    (["--noise_multiplier=1"], "--noise_multiplier=1 is not used with --sampling=balls_in_bins"),
+])
+def test_balls_in_bins_bad_flags_are_clear_errors(flags, message):
+  out = _cli(*_BIB_FLAGS, *flags)
+  assert out.returncode == 2, out.stdout
+  assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_released_sigma_is_rounded_up():
+  for x in (1.2345649, 1.2345651, 7.379, 1e-7 / 3, 123456789.1, 0.1 + 0.2):
+    up = cli._round_up(x)
+    assert up >= x and float(f"{up:.6g}") == up
+    assert up <= x * (1 + 1e-5)
+
+
+class _LowerBoundMechanism(catalog.DpSgdMechanism):
+  """C = I, but reporting a lower bound (sqrt(k)) next to a larger valid upper bound."""
+
+  def sensitivity(self, rounds, min_sep, max_participations):
+    exact = super().sensitivity(rounds, min_sep, max_participations)
+    return catalog.Sensitivity(exact.value, catalog.LOWER_BOUND, "test lower bound",
+                               upper=2.5 * exact.value, upper_method="test upper bound")
+
+
+def test_min_sep_calibration_uses_the_guaranteed_sensitivity(monkeypatch, tmp_path):
+  monkeypatch.setattr(cli, "_mechanism", lambda *args: _LowerBoundMechanism())
+  report = tmp_path / "report.md"
+  out = cli.matrix_mechanism("dpsgd", None, 100, 20, 5, 4, None, 2.0, 1e-6, None,
+                             str(report))
+  lower, upper = math.sqrt(5), 2.5 * math.sqrt(5)
+  sigma = zcdp.noise_multiplier_for_epsilon(upper, 2.0, 1e-6)
+  assert out["noise_multiplier"] == pytest.approx(sigma, rel=1e-5)
+  assert out["noise_multiplier"] >= sigma  # Rounded up: ε stays at or below the target.
+  assert out["epsilon"] <= 2.0 and out["epsilon"] == pytest.approx(2.0, rel=1e-4)
+  assert out["sensitivity_is_lower_bound"] is True and out["sensitivity_kind"] == "upper_bound"
+  assert out["sensitivity"] == out["sensitivity_guaranteed"] == pytest.approx(upper)
+  assert out["sensitivity_lower_bound"] == pytest.approx(lower)
+  assert out["sensitivity_upper_bound_method"] == "test upper bound"
+  assert out["rho"] == pytest.approx(upper**2 / (2 * out["noise_multiplier"]**2))
+  assert out["epsilon_from_lower_bound"] < out["epsilon"]
+  assert any("LOWER bound" in n for n in out["notes"])
+  # With σ given, the headline ε also comes from the guaranteed sensitivity.
+  given = cli.matrix_mechanism("dpsgd", None, 100, 20, 5, 4, 3.0, None, 1e-6, None, None)
+  assert given["epsilon"] == pytest.approx(
+      zcdp.matrix_mechanism_guarantee(upper, 3.0, 1e-6).epsilon)
+  table = cli.format_table(out)
+  assert "sensitivity_lower_bound" in table and "sensitivity_guaranteed" in table
+
+
+def test_min_sep_exact_sensitivity_output_is_unlabelled():
+  out = cli.matrix_mechanism("dpsgd", None, 100, 20, 5, 4, None, 2.0, 1e-6, None, None)
+  assert out["sensitivity_is_lower_bound"] is False and out["sensitivity_kind"] == "exact"
+  assert "sensitivity_lower_bound" not in out
+  assert out["noise_multiplier"] == pytest.approx(
+      zcdp.noise_multiplier_for_epsilon(math.sqrt(5), 2.0, 1e-6), rel=1e-5)
 
 
 @pytest.mark.parametrize("args,message", [

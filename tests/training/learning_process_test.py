@@ -40,7 +40,9 @@ def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
       population_sampling_rate=0.25 if mechanism == "dpfedavg" else None,
       client_learning_rate=0.1, server_learning_rate=1.0, server_momentum=0.9, seed=5)
   num_clients = len(task.train_data.client_ids)
-  aggregator = program.build_aggregator(config, program.build_mechanism(config), num_clients)
+  # The same noise seed in both processes (by default each aggregator draws its own).
+  aggregator = program.build_aggregator(config, program.build_mechanism(config), num_clients,
+                                        noise_seed=5)
   ours = program.build_learning_process(task, config, aggregator)
 
   spec = task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[0]).element_spec
@@ -51,7 +53,7 @@ def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
       server_optimizer_fn=program._server_optimizer(config),  # pylint: disable=protected-access
       model_aggregator=program.build_aggregator(config, program.build_mechanism(config),
-                                                num_clients),
+                                                num_clients, noise_seed=5),
       loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
   assert ours.next.type_signature.is_equivalent_to(reference.next.type_signature)
 

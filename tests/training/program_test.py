@@ -64,20 +64,21 @@ def _final_arrays(root_dir):
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path):
   rounds = 10
   uninterrupted = tmp_path / "uninterrupted"
-  result = program.run(toy_task.make_task(), toy_program.toy_config(str(uninterrupted), rounds,
-                                                                     "blt"))
+  # Two runs can only be compared with the same secret seeds: a research seed for both.
+  result = program.run(toy_task.make_task(), toy_program.toy_config(
+      str(uninterrupted), rounds, "blt", reproducible_noise_seed=11))
   assert result.rounds_completed == rounds and result.stopped == "completed"
 
   killed = tmp_path / "killed"
   kill_after = int(np.random.default_rng(2026).integers(2, rounds - 2))  # A "random" round.
-  proc = _start(killed, rounds, "blt")
+  proc = _start(killed, rounds, "blt", "--reproducible_noise_seed=11")
   _wait_for_rows(proc, killed, kill_after)
   proc.send_signal(signal.SIGKILL)
   proc.wait(timeout=60)
   assert proc.returncode == -signal.SIGKILL
   assert _rows(killed) < rounds
-  resumed = program.run(toy_task.make_task(), toy_program.toy_config(str(killed), rounds,
-                                                                      "blt"))
+  resumed = program.run(toy_task.make_task(), toy_program.toy_config(
+      str(killed), rounds, "blt", reproducible_noise_seed=11))
   assert resumed.resumed_from is not None and resumed.rounds_completed == rounds
 
   a, b = _final_arrays(uninterrupted), _final_arrays(killed)
@@ -91,7 +92,8 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_pa
 
 
 def test_adam_server_optimizer_state_is_checkpointed_and_resumes_exactly(tmp_path):
-  adam = dict(server_optimizer="adam", server_learning_rate=0.05, server_adam_epsilon=1e-3)
+  adam = dict(server_optimizer="adam", server_learning_rate=0.05, server_adam_epsilon=1e-3,
+              reproducible_noise_seed=5)
   straight = program.run(toy_task.make_task(), toy_program.toy_config(
       str(tmp_path / "straight"), 6, "dpsgd", **adam))
   assert straight.rounds_completed == 6

@@ -1,6 +1,6 @@
 """Runs the toy task through the training program; used by program_test in subprocesses.
 
-  python -m tests.training.toy_program ROOT_DIR ROUNDS MECHANISM [--target_epsilon E]
+  python -m tests.training.toy_program ROOT_DIR ROUNDS MECHANISM [--target_epsilon E] ...
 """
 
 from __future__ import annotations
@@ -20,6 +20,15 @@ def main(argv=None) -> int:
   parser.add_argument("--checkpoint_every", type=int, default=1)
   parser.add_argument("--target_epsilon", type=float, default=None)
   parser.add_argument("--noise_multiplier", type=float, default=0.5)
+  parser.add_argument("--reproducible_noise_seed", type=int, default=None)
+  parser.add_argument("--participation", default="min_sep_rounds")
+  parser.add_argument("--on_nonfinite", default="stop")
+  parser.add_argument("--poison_clients", default="", help="comma-separated client ids")
+  parser.add_argument("--num_clients", type=int, default=None)
+  parser.add_argument("--min_sep", type=int, default=3)
+  parser.add_argument("--timer_hours", type=float, default=24.0)
+  parser.add_argument("--clients_per_round", type=int, default=4)
+  parser.add_argument("--population_sampling_rate", type=float, default=None)
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
@@ -29,9 +38,17 @@ def main(argv=None) -> int:
   config = toy_config(args.root_dir, args.rounds, args.mechanism,
                       checkpoint_every=args.checkpoint_every,
                       target_epsilon=args.target_epsilon,
-                      noise_multiplier=args.noise_multiplier)
+                      noise_multiplier=args.noise_multiplier,
+                      reproducible_noise_seed=args.reproducible_noise_seed,
+                      participation=args.participation, on_nonfinite=args.on_nonfinite,
+                      clients_per_round=args.clients_per_round,
+                      population_sampling_rate=args.population_sampling_rate,
+                      min_sep=args.min_sep, timer_hours=args.timer_hours)
   with runtime.execution_context():
-    result = program.run(toy_task.make_task(), config)
+    task = toy_task.make_task(
+        poison_client=[c for c in args.poison_clients.split(",") if c],
+        **({} if args.num_clients is None else {"num_clients": args.num_clients}))
+    result = program.run(task, config)
   print(json.dumps({"rounds_completed": result.rounds_completed, "stopped": result.stopped}),
         flush=True)
   return 0

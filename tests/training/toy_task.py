@@ -6,6 +6,8 @@ label is the argmax of a fixed linear map, so a linear model learns it quickly.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import tensorflow as tf
 
@@ -27,13 +29,15 @@ def _client_arrays(index: int):
 class ToyClientData:
   """ClientData-like: client_ids and create_tf_dataset_for_client."""
 
-  def __init__(self, num_clients: int = NUM_CLIENTS, poison_client: str | None = None):
+  def __init__(self, num_clients: int = NUM_CLIENTS,
+               poison_client: str | Sequence[str] | None = None):
     self.client_ids = [f"client_{i:03d}" for i in range(num_clients)]
-    self._poison = poison_client
+    self._poison = ({poison_client} if isinstance(poison_client, str)
+                    else set(poison_client or ()))
 
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
     x, y = _client_arrays(int(client_id.split("_")[1]))
-    if client_id == self._poison:
+    if client_id in self._poison:  # A client whose local training diverges.
       x = np.full_like(x, np.nan)
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
 
@@ -48,10 +52,11 @@ def _keras_model():
                               tf.keras.layers.Dense(3)])
 
 
-def make_task(name: str = "toy", poison_client: str | None = None) -> task_lib.Task:
+def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = None,
+              num_clients: int = NUM_CLIENTS) -> task_lib.Task:
   return task_lib.Task(
       name=name,
-      train_data=ToyClientData(poison_client=poison_client),
+      train_data=ToyClientData(num_clients, poison_client=poison_client),
       eval_dataset_fn=_eval_dataset,
       keras_model_fn=_keras_model,
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -1,0 +1,146 @@
+"""An independent audit of a finished training run's privacy claim, from its checkpoint alone.
+
+Used by the end-to-end privacy tests. It trusts neither the ledger's summary nor the report:
+from the latest checkpoint it reads the participation record (the rows of C each client
+actually used), the aggregator's own row counter (the noise state's `round`), and rebuilds the
+dense C of the mechanism; then it computes the true sensitivity by brute force over every
+participation pattern the realized schedule allows (n rows, the smallest gap b between two
+participations of a client, the most participations k) and the ε it implies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from typing import Any, Optional
+
+import numpy as np
+
+from dp_fl.accounting import dpfedavg
+from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
+from dp_fl.mechanisms import tree
+from dp_fl.participation import checkpoint as participation_checkpoint
+from dp_fl.training import checkpoints as checkpoints_lib
+from dp_fl.training import program
+
+
+@dataclasses.dataclass(frozen=True)
+class Audit:
+  rows: int                      # Rows of C used, from the participation record.
+  aggregator_rows: int           # The aggregator's own row counter (noise state `round`).
+  min_sep: int                   # Smallest gap between two participations of a client.
+  max_participations: int
+  patterns: dict[int, tuple[int, ...]]
+  true_sensitivity: Optional[float]   # DP-FTRL only.
+  true_epsilon: float
+  reported: dict[str, Any]       # privacy_report.json
+  noise_seed: np.ndarray         # The aggregator's seed, from the state.
+
+
+def _noise_state(aggregator_state: Any) -> dict[str, Any]:
+  """The OrderedDict holding the aggregator's `seed` and `round`, wherever it is nested."""
+  if isinstance(aggregator_state, dict):
+    if "seed" in aggregator_state and "round" in aggregator_state:
+      return aggregator_state
+    for value in aggregator_state.values():
+      found = _noise_state(value)
+      if found is not None:
+        return found
+  return None
+
+
+def dense_c(mechanism: catalog.Mechanism, n: int) -> np.ndarray:
+  """C restricted to the first n rows of the run (columns = rounds)."""
+  if mechanism.name == "tree":
+    return tree.binary_tree_matrix(n)
+  if mechanism.name == "dpsgd":
+    return np.eye(n)
+  lower = mechanism.lower_triangular_input(n)
+  if "matrix" in lower:
+    return np.asarray(lower["matrix"], dtype=np.float64)
+  coefs = np.asarray(lower["toeplitz_coefs"], dtype=np.float64)
+  i, j = np.indices((n, n))
+  return np.where(i >= j, coefs[np.clip(i - j, 0, n - 1)], 0.0)
+
+
+def brute_force_sensitivity(c: np.ndarray, min_sep: int, max_participations: int) -> float:
+  """max over patterns of Π(b, k) in n = c.shape[1] rounds of ||C u||, brute force.
+
+  Exact when CᵀC ≥ 0 (paper 004, Eq. 6); for a signed Gram the contributions' signs are
+  searched too (the result is then a lower bound on the truth, which is all the audit needs:
+  the reported ε must dominate it).
+  """
+  n = c.shape[1]
+  signed = np.min(c.T @ c) < -1e-12
+  best = 0.0
+  for pattern in sensitivity_lib.participation_patterns(n, min_sep, max_participations):
+    columns = c[:, list(pattern)]
+    if signed and len(pattern) <= 6:
+      for signs in itertools.product((1.0, -1.0), repeat=len(pattern) - 1):
+        best = max(best, float(np.linalg.norm(columns @ np.array((1.0,) + signs))))
+    else:
+      best = max(best, float(np.linalg.norm(columns.sum(axis=1))))
+  return best
+
+
+def audit_run(task, config) -> Audit:
+  """Audits the run of `config` in `config.root_dir` (see the module docstring)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  restored = checkpoints_lib.CheckpointManager(
+      os.path.join(config.root_dir, "checkpoints")).restore_latest()
+  scheduler = participation_checkpoint.restore_scheduler(restored.blobs["scheduler"])
+  ledger = scheduler.ledger
+  patterns = ledger.participation_patterns()
+  rows = ledger.num_rounds
+  gaps = [b - a for rows_ in patterns.values() for a, b in zip(rows_, rows_[1:])]
+  min_sep = min(gaps) if gaps else rows
+  k = max((len(p) for p in patterns.values()), default=0)
+
+  mechanism = program.build_mechanism(config)
+  num_clients = len(task.train_data.client_ids)
+  process = program.build_learning_process(
+      task, config, program.build_aggregator(config, mechanism, num_clients))
+  state = tf.nest.pack_sequence_as(process.initialize(), restored.arrays)
+  noise = _noise_state(state.aggregator)
+
+  with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
+    reported = json.load(f)
+  if config.mechanism == "dpfedavg":
+    true_sens = None
+    q = config.population_sampling_rate
+    true_eps = dpfedavg.dpfedavg_epsilon(num_clients, q * num_clients,
+                                         config.noise_multiplier, int(noise["round"]),
+                                         config.delta, method=dpfedavg.PLD).epsilon
+  else:
+    c = dense_c(mechanism, rows)
+    true_sens = brute_force_sensitivity(c, min_sep, k)
+    # Each client's own pattern is one of those searched.
+    for rows_ in patterns.values():
+      own = float(np.linalg.norm(c[:, list(rows_)].sum(axis=1)))
+      assert own <= true_sens * (1 + 1e-9) + 1e-12, (rows_, own, true_sens)
+    true_eps = zcdp.matrix_mechanism_guarantee(true_sens, config.noise_multiplier,
+                                               config.delta).epsilon
+  return Audit(rows=rows, aggregator_rows=int(noise["round"]), min_sep=min_sep,
+               max_participations=k, patterns=patterns, true_sensitivity=true_sens,
+               true_epsilon=true_eps, reported=reported, noise_seed=np.asarray(noise["seed"]))
+
+
+def check_claim(audit: Audit, mechanism: str) -> None:
+  """Asserts the report describes the rows used and never understates ε."""
+  assert audit.rows == audit.aggregator_rows, (
+      f"the ledger has {audit.rows} rows but the aggregator used {audit.aggregator_rows}")
+  reported = audit.reported
+  if mechanism == "dpfedavg":
+    assert reported["rounds"] == audit.aggregator_rows
+  else:
+    participation = reported["participation"]
+    assert participation["rounds"] == audit.rows
+    assert participation["min_sep"] == audit.min_sep
+    assert participation["max_participations"] == audit.max_participations
+    assert reported["sensitivity"] >= audit.true_sensitivity * (1 - 1e-9)
+  assert reported["epsilon"] >= audit.true_epsilon * (1 - 1e-9), (
+      f"reported ε {reported['epsilon']} < true ε {audit.true_epsilon}")
