@@ -14,12 +14,13 @@ worker outlives the Python process that started it:
   runs instead of the default silent death; SIGINT already raises `KeyboardInterrupt`;
 * by default the worker's output goes to /dev/null rather than to the parent's pipes.
 
-Usage in a binary (flags are parsed by absl before `main` runs)::
+Usage in a binary (flags parsed with argparse in `main`)::
 
     from dp_fl import runtime
 
-    def main(argv):
-      runtime.configure_logging(FLAGS.verbosity)
+    def main(argv=None):
+      args = parse_args(argv)
+      runtime.configure_logging(args.verbosity)
       runtime.install_signal_handlers()
       with runtime.execution_context():
         ...  # build and run TFF computations

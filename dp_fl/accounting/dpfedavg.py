@@ -293,3 +293,40 @@ def dpfedavg_epsilon(
         method=method, epsilon=min(fine, coarse), pld_value_discretization_interval=interval,
         pld_check_epsilon=coarse, pld_consistent=consistent, **common)
   raise ValueError(f"`method` must be one of {METHODS}; got {method!r}.")
+
+
+def noise_multiplier_for_epsilon(
+    population: float, expected_clients_per_round: float, rounds: int,
+    target_epsilon: float, delta: float, method: str = RDP,
+    relative_tolerance: float = 1e-12) -> float:
+  """The smallest z (to `relative_tolerance`) with ε(z) <= `target_epsilon` for T rounds.
+
+  ε(z) of the Poisson-subsampled Gaussian is non-increasing in z: the search brackets
+  [lo, hi] with ε(hi) <= target (doubling hi), then bisects in log z and returns the upper end
+  of the final bracket, so the z returned always meets the target (conservative).
+
+  Args:
+    population, expected_clients_per_round, rounds, delta, method: as in `dpfedavg_epsilon`.
+    target_epsilon: ε to reach (> 0).
+    relative_tolerance: stop when hi / lo - 1 is below it.
+
+  Returns:
+    z with `dpfedavg_epsilon(..., z, ...).epsilon <= target_epsilon`.
+  """
+  target = _checks.check_positive("target_epsilon", target_epsilon)
+  tol = _checks.check_positive("relative_tolerance", relative_tolerance)
+
+  def epsilon(z):
+    return dpfedavg_epsilon(population, expected_clients_per_round, z, rounds, delta,
+                            method=method).epsilon
+
+  lo, hi = 1e-3, 1.0
+  while epsilon(hi) > target:
+    lo, hi = hi, 2.0 * hi
+    if hi > 1e6:
+      raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier above "
+                       "1e6; raise the target or lower the rounds / sampling rate.")
+  while hi / lo - 1.0 > tol:
+    mid = math.sqrt(lo * hi)
+    lo, hi = (mid, hi) if epsilon(mid) > target else (lo, mid)
+  return hi

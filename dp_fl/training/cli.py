@@ -8,10 +8,11 @@ flags the user actually gave.
 
     parser = argparse.ArgumentParser()
     cli.add_training_arguments(parser)
+    cli.add_binary_arguments(parser, PRESETS, default_preset="quick")
     parser.add_argument("--data_dir")          # task-specific flags
     args = parser.parse_args(argv)
-    config = cli.training_config(args, task="stackoverflow", root_dir_default=...,
-                                 defaults=TASK_DEFAULTS, preset=PRESETS.get(args.preset))
+    config = cli.training_config(args, task="stackoverflow",
+                                 defaults={"root_dir": "/tmp/run"}, preset=TRAIN_PRESET)
 """
 
 from __future__ import annotations

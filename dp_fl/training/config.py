@@ -15,18 +15,19 @@ import os
 from typing import Any, Mapping, Optional
 
 from dp_fl import _checks
+from dp_fl import files
+from dp_fl.training import registry
 
-MECHANISMS = ("blt", "bandmf", "tree", "dpsgd", "dpfedavg", "none", "clip")
-"""`--mechanism`: DP-FTRL with BLT / BandMF / online TreeAgg / C = I (paper 004, Alg. 1),
-DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy: `none` (plain
-FedAvg) or `clip` (each client update clipped to ζ, no noise: the non-private run that
-isolates what the noise costs, and stays stable at the learning rates tuned for clipped
-updates)."""
+MECHANISMS = tuple(registry.MECHANISMS)
+"""`--mechanism` (dp_fl.training.registry): DP-FTRL with BLT / BandMF / online TreeAgg / C = I
+(paper 004, Alg. 1), DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy:
+`none` (plain FedAvg) or `clip` (each client update clipped to ζ, no noise: the non-private
+run that isolates what the noise costs, and stays stable at the learning rates tuned for
+clipped updates)."""
 
-NONPRIVATE_MECHANISMS = ("none", "clip")
+NONPRIVATE_MECHANISMS = registry.non_private_names()
 
-PARTICIPATIONS = ("device_timer", "min_sep_rounds", "poisson", "balls_in_bins", "uniform",
-                  "cyclic")
+PARTICIPATIONS = tuple(registry.PARTICIPATIONS)
 """`--participation`: the scheduler that picks each round's clients (dp_fl.participation)."""
 
 ON_NONFINITE = ("stop", "discard")
@@ -163,10 +164,6 @@ class TrainingConfig:
     _one_of("availability", self.availability, ("always", "diurnal"))
     _checks.check_positive("clip_norm", self.clip_norm)
     _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
-    if self.mechanism not in NONPRIVATE_MECHANISMS and self.noise_multiplier == 0:
-      raise ValueError(
-          f"`noise_multiplier` must be > 0 for --mechanism={self.mechanism} (σ = 0 gives no "
-          "privacy); use --mechanism=none or --mechanism=clip for non-private training.")
     for name in ("timer_hours", "round_hours", "client_learning_rate", "server_learning_rate"):
       _checks.check_positive(name, getattr(self, name))
     if not 0 <= self.server_momentum < 1:
@@ -190,17 +187,7 @@ class TrainingConfig:
           "worker_binary, which has no XLA device, so tf.function(jit_compile=True) there is "
           "silently not compiled (dp_fl/training/client_work.py, docs/BENCHMARKS.md). Drop "
           "--jit_compile; XLA needs a TFF runtime built with XLA (e.g. on GPU/TPU).")
-    if self.mechanism == "dpfedavg" and self.participation != "poisson":
-      raise ValueError(
-          "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "
-          f"needs --participation=poisson, got {self.participation!r}. For a fixed cohort "
-          "use --mechanism=dpsgd.")
-    if self.mechanism in ("blt", "bandmf", "tree", "dpsgd") and self.participation == "poisson":
-      raise ValueError(
-          f"`mechanism`={self.mechanism!r} is DP-FTRL with a fixed denominator; Poisson "
-          "sampling gives variable cohorts and its privacy needs amplification accounting "
-          "that min-sep DP-FTRL does not use. Use --mechanism=dpfedavg with Poisson, or a "
-          "min-sep/device-timer participation.")
+    registry.mechanism(self.mechanism).check_config(self)
 
   # -- serialization -------------------------------------------------------------------
 
@@ -227,7 +214,7 @@ class TrainingConfig:
 
   @property
   def is_private(self) -> bool:
-    return self.mechanism not in NONPRIVATE_MECHANISMS
+    return registry.mechanism(self.mechanism).private
 
   @property
   def noise_seed_is_public(self) -> bool:
@@ -287,11 +274,7 @@ def save_or_check(config: TrainingConfig) -> Optional[TrainingConfig]:
 
 def save(config: TrainingConfig) -> None:
   """Writes `config.json` in the run directory (atomically)."""
-  path = os.path.join(config.root_dir, CONFIG_FILE)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(config.to_json())
-  os.replace(tmp, path)
+  files.atomic_write_text(os.path.join(config.root_dir, CONFIG_FILE), config.to_json())
 
 
 def check_saved(config: TrainingConfig) -> Optional[TrainingConfig]:

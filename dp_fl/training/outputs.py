@@ -21,12 +21,13 @@ release, but it cannot be told to drop the rows of rounds that will not be re-ru
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import sys
 import time
 from typing import Any, Mapping, Optional, TextIO
+
+from dp_fl import files
 
 
 class MetricsCsv:
@@ -139,16 +140,11 @@ class RunOutputs:
                               {k: v for k, v in values.items() if math.isfinite(v)})
     for name, text in (("privacy_report.json", report.to_json()),
                        ("privacy_report.md", report.to_markdown())):
-      path = os.path.join(self.root_dir, name)
-      with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-      os.replace(path + ".tmp", path)
+      files.atomic_write_text(os.path.join(self.root_dir, name), text)
 
   def summary(self, values: Mapping[str, Any]) -> None:
     path = os.path.join(self.root_dir, "summary.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-      json.dump(values, f, indent=1, sort_keys=True, default=str)
-    os.replace(path + ".tmp", path)
+    files.atomic_write_json(path, dict(values), indent=1, sort_keys=True, default=str)
 
   def progress(self, line: str) -> None:
     print(line, file=self._progress or sys.stdout, flush=True)

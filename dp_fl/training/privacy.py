@@ -4,6 +4,7 @@ DP-FTRL (paper 004): ρ = sens² / (2σ²) with sens the mechanism's sensitivity
 so far under the *realized* participation of the ledger — the smallest separation between two
 participations of any client (b) and the most participations of any client (k) — never the
 configured schedule. DP-FedAvg (paper 001): the Poisson-subsampled Gaussian over the rounds run.
+The mechanism registry (`registry.py`) picks the accountant of each `--mechanism`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any, Optional
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import report as report_lib
 from dp_fl.participation import ledger as ledger_lib
-from dp_fl.training import config as config_lib
 
 
 def participation_from_realized(realized: ledger_lib.RealizedParticipation
@@ -31,11 +31,15 @@ def participation_from_realized(realized: ledger_lib.RealizedParticipation
                                   clients_seen=realized.num_participants)
 
 
-def release_scope(config: config_lib.TrainingConfig
-                  ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+Scope = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+def release_scope(config: Any, sampled: bool = False) -> Scope:
   """(scope, caveats) of a training run's privacy report: what the run releases, what the
-  guarantee covers and what it assumes (paper 004, App. C), and what weakens the claim."""
-  sampled = config.participation == "poisson"
+  guarantee covers and what it assumes (paper 004, App. C), and what weakens the claim.
+
+  `sampled`: the cohorts are a secret random sample (Poisson; amplification assumes it).
+  """
   secret = ("the aggregator's noise seed" + (" and the scheduler's sampling seed" if sampled
                                              else " and the scheduler's seed"))
   scope = (
@@ -77,42 +81,46 @@ def release_scope(config: config_lib.TrainingConfig
   return scope, caveats
 
 
-class PrivacyTracker:
-  """ε so far for the run's mechanism; `report` for the App. C privacy report.
+class Accountant:
+  """ε so far and the App. C report of a run; this base class is the non-private one.
 
   ε is always an upper bound on the truth: from the exact sensitivity, or from a valid upper
   bound where only a lower bound is known; the decisions of the training loop
   (--target_epsilon) and the run's summary use it.
   """
 
-  def __init__(self, mechanism_name: str, mechanism: Any, noise_multiplier: float,
-               clip_norm: float, clients_per_round: float, delta: float,
-               population: Optional[int] = None,
-               scope: tuple[tuple[tuple[str, str], ...], tuple[str, ...]] = ((), ())):
-    """Args: mechanism_name (config.MECHANISMS), mechanism (a dp_fl.mechanisms.catalog
-    Mechanism for DP-FTRL, else None), noise_multiplier σ (z for DP-FedAvg), clip_norm,
-    clients_per_round (m, or C̃ for Poisson), delta, population (K, DP-FedAvg only),
-    scope ((scope, caveats) from `release_scope`, shown in every report)."""
-    self._name = mechanism_name
+  progress_accountant = ""  # How `epsilon` bounds ε when it differs from the reports' method.
+  report_accountant = ""    # How `report(...).epsilon` is computed, when that differs.
+
+  def report(self, realized: ledger_lib.RealizedParticipation) -> Optional[Any]:
+    """The privacy report after the rounds in `realized`; None when nothing is private."""
+    del realized
+    return None
+
+  def epsilon(self, realized: ledger_lib.RealizedParticipation) -> float:
+    """ε at δ so far (0 before anyone took part, inf without privacy)."""
+    del realized
+    return math.inf
+
+
+NoPrivacy = Accountant
+
+
+class MatrixMechanismAccountant(Accountant):
+  """DP-FTRL (paper 004, Sec. 3.1): ρ-zCDP of the matrix mechanism under the realized (n, b, k)."""
+
+  def __init__(self, mechanism: Any, noise_multiplier: float, clip_norm: float,
+               clients_per_round: int, delta: float, scope: Scope = ((), ())):
+    """Args: mechanism (a dp_fl.mechanisms.catalog Mechanism), noise_multiplier σ,
+    clip_norm ζ, clients_per_round m, delta, scope ((scope, caveats) from `release_scope`)."""
     self._mechanism = mechanism
     self._sigma = noise_multiplier
     self._clip = clip_norm
     self._m = clients_per_round
     self._delta = delta
-    self._population = population
     self._scope, self._caveats = scope
 
-  def report(self, realized: ledger_lib.RealizedParticipation) -> Optional[Any]:
-    """The privacy report after the rounds in `realized`; None when nothing is private."""
-    if self._name in config_lib.NONPRIVATE_MECHANISMS:
-      return None
-    if self._name == "dpfedavg":
-      if realized.num_rounds == 0:
-        return None
-      return report_lib.dpfedavg_report(self._population, self._m, self._sigma,
-                                        realized.num_rounds, self._delta,
-                                        clip_norm=self._clip, scope=self._scope,
-                                        caveats=self._caveats)
+  def report(self, realized):
     participation = participation_from_realized(realized)
     if participation is None:
       return None
@@ -120,31 +128,42 @@ class PrivacyTracker:
         self._mechanism, self._sigma, participation, self._delta, clip_norm=self._clip,
         clients_per_round=self._m, scope=self._scope, caveats=self._caveats)
 
-  @property
-  def progress_accountant(self) -> str:
-    """How `epsilon` bounds ε when it differs from the reports' method ("" when the same)."""
-    return "RDP" if self._name == "dpfedavg" else ""
+  def epsilon(self, realized):
+    report = self.report(realized)
+    return 0.0 if report is None else report.epsilon
 
-  @property
-  def report_accountant(self) -> str:
-    """How `report(...).epsilon` is computed when `epsilon` uses another method, else ""."""
-    return "PLD" if self._name == "dpfedavg" else ""
 
-  def epsilon(self, realized: ledger_lib.RealizedParticipation) -> float:
-    """ε at δ so far (0 before anyone took part, inf without privacy).
+class PoissonAccountant(Accountant):
+  """DP-FedAvg (paper 001): the Poisson-subsampled Gaussian over the rounds applied.
 
-    For DP-FedAvg this uses the RDP accountant (fast, a valid upper bound); the reports use
-    the tighter PLD.
-    """
-    if self._name in config_lib.NONPRIVATE_MECHANISMS:
-      return math.inf
-    if self._name == "dpfedavg":
-      if realized.num_rounds == 0:
-        return 0.0
-      return dpfedavg.dpfedavg_epsilon(self._population, self._m, self._sigma,
-                                       realized.num_rounds, self._delta,
-                                       method=dpfedavg.RDP).epsilon
-    participation = participation_from_realized(realized)
-    if participation is None:
+  Progress lines use the RDP accountant (fast, a valid upper bound); reports the tighter PLD.
+  """
+
+  progress_accountant = "RDP"
+  report_accountant = "PLD"
+
+  def __init__(self, population: int, expected_clients_per_round: float,
+               noise_multiplier: float, clip_norm: float, delta: float,
+               scope: Scope = ((), ())):
+    """Args: population K, expected_clients_per_round C̃ = qK, noise_multiplier z,
+    clip_norm S, delta, scope ((scope, caveats) from `release_scope`)."""
+    self._population = population
+    self._expected = expected_clients_per_round
+    self._z = noise_multiplier
+    self._clip = clip_norm
+    self._delta = delta
+    self._scope, self._caveats = scope
+
+  def report(self, realized):
+    if realized.num_rounds == 0:
+      return None
+    return report_lib.dpfedavg_report(self._population, self._expected, self._z,
+                                      realized.num_rounds, self._delta, clip_norm=self._clip,
+                                      scope=self._scope, caveats=self._caveats)
+
+  def epsilon(self, realized):
+    if realized.num_rounds == 0:
       return 0.0
-    return self.report(realized).epsilon
+    return dpfedavg.dpfedavg_epsilon(self._population, self._expected, self._z,
+                                     realized.num_rounds, self._delta,
+                                     method=dpfedavg.RDP).epsilon

@@ -45,21 +45,17 @@ from typing import Any, Optional, TextIO
 import numpy as np
 
 from dp_fl.mechanisms import catalog
-from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base as participation_base
-from dp_fl.participation import device_timer
-from dp_fl.participation import sampling
 from dp_fl.participation import tff_adapter
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
 from dp_fl.training import outputs as outputs_lib
-from dp_fl.training import privacy as privacy_lib
+from dp_fl.training import registry
 from dp_fl.training import resident as resident_lib
 from dp_fl.training import task as task_lib
 
-MECHANISM_FILE = "mechanism.json"
+MECHANISM_FILE = registry.MECHANISM_FILE
 MAX_CONSECUTIVE_DISCARDS = 5
-DPFTRL_MECHANISMS = ("blt", "bandmf", "tree", "dpsgd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,35 +116,9 @@ def check_root_dir(root_dir: str) -> None:
 
 
 def build_mechanism(config: config_lib.TrainingConfig) -> Optional[catalog.Mechanism]:
-  """The DP-FTRL mechanism of the run: loaded from the run directory when resuming (so a
-  resumed run uses exactly the same C), else from `mechanism_params`, else optimized for
-  (rounds, min_sep, max_participations) and saved to the run directory."""
-  if config.mechanism not in DPFTRL_MECHANISMS:
-    return None
-  saved = os.path.join(config.root_dir, MECHANISM_FILE)
-  source = saved if os.path.exists(saved) else config.mechanism_params
-  if source:
-    try:
-      with open(source, encoding="utf-8") as f:
-        mechanism = catalog.from_dict(json.load(f))
-    except (OSError, json.JSONDecodeError) as e:
-      raise ValueError(f"Mechanism parameters {source!r} are not a readable JSON file ({e}).")
-    if mechanism.name != config.mechanism and not (
-        config.mechanism == "tree" and mechanism.name == "tree"):
-      raise ValueError(f"Mechanism parameters {source!r} hold a {mechanism.name!r} mechanism, "
-                       f"but --mechanism={config.mechanism}.")
-  else:
-    mechanism = catalog.build(
-        config.mechanism, rounds=config.rounds, min_sep=config.min_sep,
-        max_participations=config.max_participations, buffers=config.blt_buffers,
-        bands=config.bandmf_bands, optimize_for="max" if config.mechanism == "blt" else "rms",
-        seed=config.seed).mechanism
-  mechanism.check_rounds(config.rounds)
-  tmp = saved + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(mechanism.to_dict(), f, indent=1)
-  os.replace(tmp, saved)
-  return mechanism
+  """The run's matrix mechanism (DP-FTRL; None for the others): loaded from the run directory
+  when resuming, else from `mechanism_params`, else optimized, and saved (registry.py)."""
+  return registry.mechanism(config.mechanism).load_or_build(config)
 
 
 def mechanism_digest(mechanism: Optional[catalog.Mechanism]) -> Optional[str]:
@@ -177,29 +147,8 @@ def build_scheduler(config: config_lib.TrainingConfig, num_clients: int,
   `seed` is the secret seed of the sampling (default: `secret_seeds(config)`); the simulated
   availability (time zones) derives from the public `config.seed`.
   """
-  m, n = config.clients_per_round, config.rounds
   seed = secret_seeds(config)[0] if seed is None else seed
-  if config.participation in ("device_timer", "min_sep_rounds"):
-    if config.availability == "always":
-      availability = availability_lib.AlwaysAvailable()
-    else:
-      offsets = np.random.default_rng([config.seed, 7]).uniform(-3.0, 3.0, num_clients)
-      availability = availability_lib.DiurnalAvailability(offsets)
-    timer = ({"min_separation_hours": config.timer_hours}
-             if config.participation == "device_timer"
-             else {"min_separation_rounds": config.min_sep})
-    return device_timer.DeviceTimerScheduler(
-        num_clients, m, n, seed, availability=availability,
-        round_duration_hours=config.round_hours, **timer)
-  if config.participation == "poisson":
-    q = config.population_sampling_rate or m / num_clients
-    return sampling.PoissonScheduler(num_clients, q, seed)
-  if config.participation == "balls_in_bins":
-    return sampling.BallsInBinsScheduler(num_clients, max(1, num_clients // m), seed,
-                                         fixed_size=m)
-  if config.participation == "uniform":
-    return sampling.UniformScheduler(num_clients, m, seed)
-  return sampling.CyclicScheduler(num_clients, m, seed)
+  return registry.scheduler(config, num_clients, seed)
 
 
 def _server_optimizer(config: config_lib.TrainingConfig):
@@ -230,33 +179,12 @@ def _server_optimizer(config: config_lib.TrainingConfig):
 
 def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int,
                      noise_seed: Optional[int] = None):
-  """The model aggregator of the run's mechanism (dp_fl.aggregators).
+  """The model aggregator of the run's mechanism (dp_fl.aggregators, via registry.py).
 
   `noise_seed` None draws the noise seed from OS entropy (it is then only in the state).
   """
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  if config.mechanism == "none":
-    return tff.aggregators.UnweightedMeanFactory()
-  if config.mechanism == "clip":
-    # The DP-FTRL presets' guard stack without the noise. The zeroing step matters: a client
-    # whose local training blew up to huge finite values has an infinite L2 norm, and
-    # `tf.clip_by_global_norm` (TFF's clipping) turns such an update into NaNs.
-    from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
-    from dp_fl.aggregators import guards  # pylint: disable=g-import-not-at-top
-    return guards.nonfinite_zeroing_factory(tff.aggregators.zeroing_factory(
-        dp_ftrl.DEFAULT_ZEROING_MULTIPLE * config.clip_norm,
-        tff.aggregators.clipping_factory(config.clip_norm,
-                                         tff.aggregators.UnweightedMeanFactory())))
-  if config.mechanism == "dpfedavg":
-    from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
-    q = config.population_sampling_rate or config.clients_per_round / num_clients
-    return dp_fedavg.DPFedAvgFactory(
-        clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-        sampling_probability=q, total_weight=float(num_clients), seed=noise_seed)
-  from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
-  return dp_ftrl.DPFTRLFactory.from_mechanism(
-      mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-      clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
+  return registry.mechanism(config.mechanism).aggregator(config, mechanism, num_clients,
+                                                         noise_seed)
 
 
 def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
@@ -291,7 +219,7 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
     return tff.learning.models.ModelWeights.from_model(initial_model_fn())
 
   weights_type = initial_model_weights.type_signature.result
-  if config.mechanism == "dpfedavg":
+  if registry.mechanism(config.mechanism).weighting == registry.NUM_EXAMPLES:
     weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
     weighted_aggregator = aggregator
   else:
@@ -417,7 +345,8 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
     check_checkpoint_privacy(restored, config, saved is not None)
   config_lib.save(config)
   num_clients = len(task.train_data.client_ids)
-  if num_clients < config.clients_per_round and config.participation != "poisson":
+  if (num_clients < config.clients_per_round
+      and config.participation not in registry.VARIABLE_COHORTS):
     raise ValueError(f"`clients_per_round`={config.clients_per_round} exceeds the "
                      f"{num_clients} training clients of task {task.name!r}.")
   mechanism = build_mechanism(config)
@@ -432,13 +361,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   scheduler_seed, noise_seed = secret_seeds(config)
   aggregator = build_aggregator(config, mechanism, num_clients, noise_seed)
   scheduler = build_scheduler(config, num_clients, scheduler_seed)
-  # DP-FedAvg accounts the Poisson rate q the scheduler and the aggregator use: C̃ = qK.
-  expected_clients = (config.population_sampling_rate * num_clients
-                      if config.population_sampling_rate else config.clients_per_round)
-  tracker = privacy_lib.PrivacyTracker(
-      config.mechanism, mechanism, config.noise_multiplier, config.clip_norm,
-      expected_clients, config.delta, population=num_clients,
-      scope=privacy_lib.release_scope(config))
+  tracker = registry.mechanism(config.mechanism).accountant(config, mechanism, num_clients)
 
   tf.keras.utils.set_random_seed(config.seed)
   process = build_learning_process(task, config, aggregator)
@@ -616,36 +539,10 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   lower bound is known (never the lower bound); the report after training uses the realized
   participation instead. DP-FedAvg: the smallest z (bisection, RDP accountant) for T = rounds.
   """
-  from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
-  from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
-  if not config.is_private:
-    raise ValueError("`--calibrate_epsilon` needs a private mechanism; "
-                     f"--mechanism={config.mechanism} has no noise to calibrate.")
-  if config.mechanism == "dpfedavg":
-    if config.population_sampling_rate is None:
-      raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q) so the "
-                       "population is known before the data are loaded.")
-    q = config.population_sampling_rate
-    population = config.clients_per_round / q
-
-    def eps(z):
-      return dpfedavg.dpfedavg_epsilon(population, config.clients_per_round, z, config.rounds,
-                                       config.delta, method=dpfedavg.RDP).epsilon
-
-    lo, hi = 1e-3, 1.0
-    while eps(hi) > target_epsilon:
-      hi *= 2.0
-    for _ in range(60):
-      mid = math.sqrt(lo * hi)
-      lo, hi = (mid, hi) if eps(mid) > target_epsilon else (lo, mid)
-    return hi
-  check_root_dir(config.root_dir)
-  mechanism = build_mechanism(config)
-  k, _ = catalog.feasible_participations(config.rounds, config.min_sep,
-                                         config.max_participations)
-  sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
-  # Never a lower bound: σ must reach the target for the true sensitivity.
-  return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
+  entry = registry.mechanism(config.mechanism)
+  if entry.private:
+    check_root_dir(config.root_dir)
+  return entry.calibrate(config, target_epsilon)
 
 
 def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,

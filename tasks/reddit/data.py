@@ -67,6 +67,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl import _checks
+from dp_fl import files
 
 PAPER_VOCAB_SIZE = 10_000
 PAPER_TOKENS_PER_USER = 1_600
@@ -552,9 +553,6 @@ def prepare(paths: Sequence[str] | str, cache_dir: str, *,
   vocab = build_vocab(splits.train, vocab_size)
   os.makedirs(directory, exist_ok=True)
   make_sql_client_data(splits, vocab, db, unroll=unroll, vocab_size=vocab_size)
-  tmp = meta_path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump({"vocab": vocab, "num_train_users": len(splits.train),
-               "num_test_users": len(splits.test)}, f)
-  os.replace(tmp, meta_path)
+  files.atomic_write_json(meta_path, {"vocab": vocab, "num_train_users": len(splits.train),
+                                      "num_test_users": len(splits.test)})
   return Prepared(db, vocab, len(splits.train), len(splits.test), summary)

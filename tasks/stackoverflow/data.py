@@ -48,6 +48,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
 
 from dp_fl import _checks
+from dp_fl import files
 from tasks.stackoverflow import synthetic
 
 DATABASE_FILENAME = synthetic.DATABASE_FILENAME  # "stackoverflow.sqlite", as TFF names it.
@@ -424,7 +425,7 @@ def read_word_counts(path: str, max_words: Optional[int] = None) -> dict[str, in
 
 def write_word_counts(path: str, counts: Mapping[str, int]) -> None:
   """Writes `counts` (in order) as `WORD COUNT` lines, atomically (temp file + rename)."""
-  synthetic.atomic_write_text(
+  files.atomic_write_text(
       os.fspath(path), "".join(f"{word} {count}\n" for word, count in counts.items()))
 
 

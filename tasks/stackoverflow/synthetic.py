@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 
 from dp_fl import _checks
+from dp_fl import files
 
 # Bump when the generator's output for a given config changes: it is part of the cache key.
 GENERATOR_VERSION = 1
@@ -411,22 +412,6 @@ def _all_rows(config: SyntheticConfig) -> Iterator[tuple[str, list, list]]:
                                   [config.seed, 5])))
 
 
-def atomic_write_text(path: str, text: str) -> None:
-  """Writes `text` to `path` as UTF-8, atomically (temp file in the same directory + rename)."""
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                             dir=directory)
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    raise
-
-
 def generate(config: SyntheticConfig, directory: str) -> str:
   """Writes the corpus of `config` to `<directory>/stackoverflow.sqlite`; returns its path.
 
@@ -482,7 +467,7 @@ def generate(config: SyntheticConfig, directory: str) -> str:
       os.fsync(f.fileno())
     os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is ordinary data.
     summary["generation_seconds"] = round(time.monotonic() - start, 3)
-    atomic_write_text(os.path.join(directory, CONFIG_FILENAME),
+    files.atomic_write_text(os.path.join(directory, CONFIG_FILENAME),
                        json.dumps(summary, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
   except BaseException:

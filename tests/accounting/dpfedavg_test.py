@@ -139,3 +139,15 @@ def test_bad_sampling_probability(q):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("target", [0.5, 2.0, 8.0])
+def test_noise_multiplier_for_epsilon_is_the_smallest_that_meets_the_target(target):
+  args = (1000, 20.0, 50)
+  z = dpfedavg.noise_multiplier_for_epsilon(*args, target, 1e-5)
+  at = lambda z_: dpfedavg.dpfedavg_epsilon(*args[:2], z_, args[2], 1e-5,
+                                             method=dpfedavg.RDP).epsilon
+  assert at(z) <= target
+  assert at(z * (1 - 1e-9)) > target * (1 - 1e-6)  # Not much larger than needed.
+  with pytest.raises(ValueError, match="target_epsilon"):
+    dpfedavg.noise_multiplier_for_epsilon(*args, -1.0, 1e-5)

@@ -1,0 +1,300 @@
+"""What a `--mechanism` and a `--participation` name mean: one registry each.
+
+An entry of `MECHANISMS` owns everything the training tier needs for one mechanism name:
+
+    entry = registry.mechanism(config.mechanism)    # unknown names fail with the known ones
+    entry.check_config(config)                      # participation it needs, σ > 0 if private
+    mechanism = entry.load_or_build(config)         # DP-FTRL's C (None for the others)
+    aggregator = entry.aggregator(config, mechanism, num_clients, noise_seed)
+    entry.weighting                                 # how TFF weights clients
+    accountant = entry.accountant(config, mechanism, num_clients)   # ε so far, reports
+    sigma = entry.calibrate(config, target_epsilon) # σ for a planned schedule
+
+`PARTICIPATIONS` maps each `--participation` name to the builder of its scheduler (the
+participation package's own `KIND` registry restores them from checkpoints). No name is
+compared as a string anywhere else in the training tier, and nothing falls back silently.
+
+Imports of TensorFlow / TFF happen inside the methods that need them, so the configuration
+(which validates names against this registry) stays importable without them.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+import numpy as np
+
+from dp_fl import files
+from dp_fl.mechanisms import catalog
+from dp_fl.participation import availability as availability_lib
+from dp_fl.participation import base as participation_base
+from dp_fl.participation import device_timer
+from dp_fl.participation import sampling
+from dp_fl.training import privacy as privacy_lib
+
+if TYPE_CHECKING:
+  from dp_fl.training import config as config_lib
+
+MECHANISM_FILE = "mechanism.json"
+
+UNIFORM = "uniform"
+NUM_EXAMPLES = "num_examples"
+
+
+class MechanismEntry(abc.ABC):
+  """One `--mechanism` value: its aggregator, accountant, calibration and checks."""
+
+  name: str = ""
+  description: str = ""
+  private: bool = True
+  weighting: str = UNIFORM  # UNIFORM: each client counts once; NUM_EXAMPLES: by its examples.
+  required_participation: Optional[str] = None  # The only participation it accepts.
+  refused_participations: tuple[str, ...] = ()  # Variable-cohort schemes it cannot account.
+
+  def check_config(self, config: "config_lib.TrainingConfig") -> None:
+    """Raises ValueError for settings this mechanism cannot run or account for."""
+    if self.private and config.noise_multiplier == 0:
+      raise ValueError(
+          f"`noise_multiplier` must be > 0 for --mechanism={self.name} (σ = 0 gives no "
+          f"privacy); use {' or '.join('--mechanism=' + n for n in non_private_names())} "
+          "for non-private training.")
+    if self.required_participation and config.participation != self.required_participation:
+      raise ValueError(
+          f"`mechanism`={self.name!r} ({self.description}) needs "
+          f"--participation={self.required_participation}, got {config.participation!r}.")
+    if config.participation in self.refused_participations:
+      raise ValueError(
+          f"`mechanism`={self.name!r} is DP-FTRL with a fixed denominator; Poisson sampling "
+          "gives variable cohorts and its privacy needs amplification accounting that "
+          "min-sep DP-FTRL does not use. Use "
+          "--mechanism=dpfedavg with Poisson, or a min-sep/device-timer participation.")
+
+  def load_or_build(self, config: "config_lib.TrainingConfig"
+                    ) -> Optional[catalog.Mechanism]:
+    """The matrix mechanism of the run (None when the mechanism has none)."""
+    del config
+    return None
+
+  @abc.abstractmethod
+  def aggregator(self, config: "config_lib.TrainingConfig", mechanism: Any,
+                 num_clients: int, noise_seed: Optional[int] = None) -> Any:
+    """The TFF aggregation factory; `noise_seed` None draws one from OS entropy."""
+
+  def accountant(self, config: "config_lib.TrainingConfig", mechanism: Any,
+                 num_clients: int) -> privacy_lib.Accountant:
+    """How the run's ε is computed from the realized participation."""
+    del config, mechanism, num_clients
+    return privacy_lib.NoPrivacy()
+
+  def calibrate(self, config: "config_lib.TrainingConfig", target_epsilon: float) -> float:
+    """σ such that the planned schedule reaches `target_epsilon` at `config.delta`."""
+    del config, target_epsilon
+    raise ValueError(f"`--calibrate_epsilon` needs a private mechanism; --mechanism={self.name} "
+                     "has no noise to calibrate.")
+
+
+class DpFtrlEntry(MechanismEntry):
+  """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1)."""
+
+  refused_participations = ("poisson",)
+
+  def __init__(self, name: str, description: str, optimize_for: str = "rms"):
+    self.name = name
+    self.description = description
+    self.optimize_for = optimize_for
+
+  def load_or_build(self, config):
+    """Loaded from the run directory when resuming (so a resumed run uses exactly the same
+    C), else from `mechanism_params`, else optimized for (rounds, min_sep,
+    max_participations); saved to the run directory."""
+    saved = os.path.join(config.root_dir, MECHANISM_FILE)
+    source = saved if os.path.exists(saved) else config.mechanism_params
+    if source:
+      try:
+        with open(source, encoding="utf-8") as f:
+          mechanism = catalog.from_dict(json.load(f))
+      except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"Mechanism parameters {source!r} are not a readable JSON file "
+                         f"({e}).") from e
+      if mechanism.name != self.name:
+        raise ValueError(f"Mechanism parameters {source!r} hold a {mechanism.name!r} "
+                         f"mechanism, but --mechanism={self.name}.")
+    else:
+      mechanism = catalog.build(
+          self.name, rounds=config.rounds, min_sep=config.min_sep,
+          max_participations=config.max_participations, buffers=config.blt_buffers,
+          bands=config.bandmf_bands, optimize_for=self.optimize_for,
+          seed=config.seed).mechanism
+    mechanism.check_rounds(config.rounds)
+    files.atomic_write_json(saved, mechanism.to_dict(), indent=1)
+    return mechanism
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None):
+    from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
+    del num_clients
+    return dp_ftrl.DPFTRLFactory.from_mechanism(
+        mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
+        clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
+
+  def accountant(self, config, mechanism, num_clients):
+    del num_clients
+    return privacy_lib.MatrixMechanismAccountant(
+        mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
+        config.delta, scope=privacy_lib.release_scope(config, sampled=False))
+
+  def calibrate(self, config, target_epsilon):
+    """σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
+    max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
+    lower bound is known (never the lower bound)."""
+    from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
+    mechanism = self.load_or_build(config)
+    k, _ = catalog.feasible_participations(config.rounds, config.min_sep,
+                                           config.max_participations)
+    sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
+    return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
+
+
+class DpFedAvgEntry(MechanismEntry):
+  """DP-FedAvg with Poisson user sampling (paper 001, Alg. 1)."""
+
+  name = "dpfedavg"
+  description = "DP-FedAvg with Poisson user sampling (paper 001)"
+  weighting = NUM_EXAMPLES
+  required_participation = "poisson"
+
+  def check_config(self, config):
+    if config.participation != self.required_participation:
+      raise ValueError(
+          "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "
+          f"needs --participation=poisson, got {config.participation!r}. For a fixed cohort "
+          "use --mechanism=dpsgd.")
+    super().check_config(config)
+
+  @staticmethod
+  def sampling_rate(config, num_clients: int) -> float:
+    return config.population_sampling_rate or config.clients_per_round / num_clients
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None):
+    from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
+    del mechanism
+    return dp_fedavg.DPFedAvgFactory(
+        clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
+        sampling_probability=self.sampling_rate(config, num_clients),
+        total_weight=float(num_clients), seed=noise_seed)
+
+  def accountant(self, config, mechanism, num_clients):
+    del mechanism
+    # C̃ = qK: the Poisson rate the scheduler and the aggregator use.
+    return privacy_lib.PoissonAccountant(
+        num_clients, self.sampling_rate(config, num_clients) * num_clients,
+        config.noise_multiplier, config.clip_norm, config.delta,
+        scope=privacy_lib.release_scope(config, sampled=True))
+
+  def calibrate(self, config, target_epsilon):
+    """The smallest z reaching `target_epsilon` for T = rounds (RDP accountant)."""
+    from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
+    if config.population_sampling_rate is None:
+      raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q) so the "
+                       "population is known before the data are loaded.")
+    population = config.clients_per_round / config.population_sampling_rate
+    return dpfedavg.noise_multiplier_for_epsilon(
+        population, config.clients_per_round, config.rounds, target_epsilon, config.delta,
+        method=dpfedavg.RDP)
+
+
+class NoNoiseEntry(MechanismEntry):
+  """Non-private FedAvg: the plain mean (`none`), or each update clipped to ζ (`clip`)."""
+
+  private = False
+
+  def __init__(self, name: str, description: str, clipped: bool):
+    self.name = name
+    self.description = description
+    self.clipped = clipped
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None):
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    del mechanism, num_clients, noise_seed
+    if not self.clipped:
+      return tff.aggregators.UnweightedMeanFactory()
+    # The DP-FTRL presets' guard stack without the noise. The zeroing step matters: a client
+    # whose local training blew up to huge finite values has an infinite L2 norm, and
+    # `tf.clip_by_global_norm` (TFF's clipping) turns such an update into NaNs.
+    from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
+    from dp_fl.aggregators import guards  # pylint: disable=g-import-not-at-top
+    return guards.nonfinite_zeroing_factory(tff.aggregators.zeroing_factory(
+        dp_ftrl.DEFAULT_ZEROING_MULTIPLE * config.clip_norm,
+        tff.aggregators.clipping_factory(config.clip_norm,
+                                         tff.aggregators.UnweightedMeanFactory())))
+
+
+MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
+    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", optimize_for="max"),
+    DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])"),
+    DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
+    DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)"),
+    DpFedAvgEntry(),
+    NoNoiseEntry("none", "non-private FedAvg", clipped=False),
+    NoNoiseEntry("clip", "non-private FedAvg with each update clipped to ζ (no noise)",
+                 clipped=True),
+)}
+
+
+def mechanism(name: str) -> MechanismEntry:
+  """The entry of `--mechanism=name`; unknown names fail with the known ones."""
+  entry = MECHANISMS.get(name)
+  if entry is None:
+    raise ValueError(f"`mechanism` must be one of {tuple(MECHANISMS)}; got {name!r}.")
+  return entry
+
+
+def non_private_names() -> tuple[str, ...]:
+  return tuple(name for name, entry in MECHANISMS.items() if not entry.private)
+
+
+# ---------------------------------------------------------------------------------------
+# Participation.
+
+SchedulerBuilder = Callable[["config_lib.TrainingConfig", int, int],
+                            participation_base.Scheduler]
+
+
+def _device_timer(config, num_clients, seed, by_hours: bool):
+  if config.availability == "always":
+    availability = availability_lib.AlwaysAvailable()
+  else:  # The simulated time zones are public: from `config.seed`, not the secret seed.
+    offsets = np.random.default_rng([config.seed, 7]).uniform(-3.0, 3.0, num_clients)
+    availability = availability_lib.DiurnalAvailability(offsets)
+  timer = ({"min_separation_hours": config.timer_hours} if by_hours
+           else {"min_separation_rounds": config.min_sep})
+  return device_timer.DeviceTimerScheduler(
+      num_clients, config.clients_per_round, config.rounds, seed, availability=availability,
+      round_duration_hours=config.round_hours, **timer)
+
+
+PARTICIPATIONS: dict[str, SchedulerBuilder] = {
+    "device_timer": lambda c, n, s: _device_timer(c, n, s, by_hours=True),
+    "min_sep_rounds": lambda c, n, s: _device_timer(c, n, s, by_hours=False),
+    "poisson": lambda c, n, s: sampling.PoissonScheduler(
+        n, c.population_sampling_rate or c.clients_per_round / n, s),
+    "balls_in_bins": lambda c, n, s: sampling.BallsInBinsScheduler(
+        n, max(1, n // c.clients_per_round), s, fixed_size=c.clients_per_round),
+    "uniform": lambda c, n, s: sampling.UniformScheduler(n, c.clients_per_round, s),
+    "cyclic": lambda c, n, s: sampling.CyclicScheduler(n, c.clients_per_round, s),
+}
+"""`--participation`: the builder of the scheduler that picks each round's clients."""
+
+VARIABLE_COHORTS = ("poisson",)  # Cohort size is random: may exceed the population's m.
+
+
+def scheduler(config: "config_lib.TrainingConfig", num_clients: int,
+              seed: int) -> participation_base.Scheduler:
+  """The scheduler of `config.participation`; unknown names fail with the known ones."""
+  builder = PARTICIPATIONS.get(config.participation)
+  if builder is None:
+    raise ValueError(f"`participation` must be one of {tuple(PARTICIPATIONS)}; got "
+                     f"{config.participation!r}.")
+  return builder(config, num_clients, seed)
