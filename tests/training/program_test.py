@@ -195,7 +195,12 @@ def test_nonfinite_loss_stops_or_discards(tmp_path):
       str(tmp_path / "discard"), 24, "dpsgd", on_nonfinite="discard", **common))
   assert discard.stopped == "completed" and discard.rounds_completed == 24
   with open(os.path.join(tmp_path / "discard", "summary.json")) as f:
-    assert json.load(f)["discarded_rounds"] == 1
+    summary = json.load(f)
+  # Its turn comes once per 24 draws (twice if the secret permutation puts it first: the
+  # discarded draw moves the schedule on); it never fills a row.
+  assert summary["discarded_rounds"] in (1, 2)
+  assert summary["realized_participation"]["num_participants"] == 23
+  assert summary["realized_participation"]["num_rounds"] == 24
 
 
 def test_bad_root_dirs_and_privacy_changes_fail_before_training(tmp_path):
