@@ -69,6 +69,16 @@ def check_open_unit(name: str, value: Any) -> float:
   return x
 
 
+def check_delta(value: Any, name: str = "delta") -> float:
+  """Returns δ of an (ε, δ) guarantee as a float, requiring 0 < δ < 1."""
+  x = check_finite(name, value)
+  if not 0 < x < 1:
+    raise ValueError(
+        f"`{name}` must be strictly between 0 and 1; got {value!r}. Pass the δ of the (ε, δ) "
+        "guarantee: e.g. 1e-5, 1e-10 as in paper 004, or 1/population^1.1 as in paper 001.")
+  return x
+
+
 def check_half_open_unit(name: str, value: Any) -> float:
   """Returns `value` as a float, requiring 0 < value <= 1 (e.g. a sampling rate)."""
   x = check_finite(name, value)

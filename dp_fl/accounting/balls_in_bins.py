@@ -56,6 +56,7 @@ from scipy import optimize
 from scipy import special
 
 from dp_fl import _checks
+from dp_fl.accounting import zcdp
 
 # Rows per independent RNG stream; `chunk_size` must be a multiple of it.
 _RNG_BLOCK = 1024
@@ -515,12 +516,6 @@ def estimate_delta(pair: BallsInBinsPair, *, noise_multiplier: float,
 # --------------------------------------------------------------------------
 
 
-def _gaussian_delta(eps: float, mu: float) -> float:
-  """Exact delta(eps) of the Gaussian mechanism with mu = sensitivity/sigma."""
-  return float(special.ndtr(mu / 2 - eps / mu)
-               - math.exp(eps + special.log_ndtr(-mu / 2 - eps / mu)))
-
-
 def unamplified_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
                                  delta: float) -> float:
   """sigma for (eps, delta)-DP WITHOUT amplification (fixed, known bins).
@@ -530,16 +525,8 @@ def unamplified_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
   paper 003 Sec. 5.1 ("no amplification") and, by joint convexity of the
   hockey-stick divergence, an upper bound on the balls-in-bins sigma.
   """
-  eps = _checks.check_positive("epsilon", epsilon)
-  dlt = _checks.check_open_unit("delta", delta)
-  lo, hi = 1e-3, 1.0
-  while _gaussian_delta(eps, hi) < dlt:
-    hi *= 2.0
-  while _gaussian_delta(eps, lo) > dlt:
-    lo /= 2.0
-  mu = optimize.brentq(lambda x: _gaussian_delta(eps, x) - dlt, lo, hi,
-                       xtol=1e-14, rtol=1e-13)
-  return pair.sensitivity / mu
+  # The exact Gaussian curve, inverted once for the library (dp_fl.accounting.zcdp).
+  return zcdp.noise_multiplier_for_epsilon(pair.sensitivity, epsilon, delta)
 
 
 # --------------------------------------------------------------------------

@@ -39,15 +39,6 @@ from typing import Any
 from dp_fl import _checks
 
 
-def _check_delta(delta: Any) -> float:
-  x = _checks.check_finite("delta", delta)
-  if not 0 < x < 1:
-    raise ValueError(
-        f"`delta` must be strictly between 0 and 1; got {delta!r}. Pass the target δ of "
-        "the (ε, δ) guarantee (e.g. 1e-5).")
-  return x
-
-
 def _check_p(p: Any) -> float:
   x = _checks.check_finite("p", p)
   if not 0 < x < 1:
@@ -78,7 +69,7 @@ def check_binomial_condition(
   s = _checks.check_positive("scale", scale)
   linf = _checks.check_nonnegative("linf_sensitivity", linf_sensitivity)
   d = _checks.check_positive_int("dimension", dimension)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   variance = n * p * (1.0 - p)
   needed = max(23.0 * math.log(10.0 * d / delta), 2.0 * linf / s)
   if variance < needed:

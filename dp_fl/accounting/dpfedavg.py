@@ -51,15 +51,6 @@ _PLD_INTERVAL_PER_Q = 1.0 / 3.0
 _PLD_CHECK_FACTOR = 3.0
 
 
-def _check_delta(delta: Any) -> float:
-  x = _checks.check_finite("delta", delta)
-  if not 0 < x < 1:
-    raise ValueError(
-        f"`delta` must be strictly between 0 and 1; got {delta!r}. Paper 001 uses "
-        "δ = 1/K^1.1 (Table 1) or 1e-9 (Table 2).")
-  return x
-
-
 def _check_q(q: Any) -> float:
   x = _checks.check_finite("sampling_probability", q)
   if not 0 < x <= 1:
@@ -151,7 +142,7 @@ def moments_accountant_epsilon(
   q = _check_q(sampling_probability)
   z = _check_noise_multiplier(noise_multiplier)
   t = _checks.check_positive_int("rounds", rounds)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   max_order = _checks.check_positive_int("max_order", max_order)
   best_eps, best_order = math.inf, 0
   for lam in range(1, max_order + 1):
@@ -184,7 +175,7 @@ def pld_epsilon(sampling_probability: float, noise_multiplier: float, rounds: in
   accountant = pld_privacy_accountant.PLDAccountant(
       value_discretization_interval=interval)
   accountant.compose(event)
-  return float(accountant.get_epsilon(_check_delta(delta)))
+  return float(accountant.get_epsilon(_checks.check_delta(delta)))
 
 
 def rdp_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
@@ -193,7 +184,7 @@ def rdp_epsilon(sampling_probability: float, noise_multiplier: float, rounds: in
   event = dp_event(sampling_probability, noise_multiplier, rounds)
   accountant = rdp_privacy_accountant.RdpAccountant()
   accountant.compose(event)
-  eps, order = accountant.get_epsilon_and_optimal_order(_check_delta(delta))
+  eps, order = accountant.get_epsilon_and_optimal_order(_checks.check_delta(delta))
   return float(eps), float(order)
 
 
@@ -271,7 +262,7 @@ def dpfedavg_epsilon(
   q = _check_q(c / k)
   z = _check_noise_multiplier(noise_multiplier)
   t = _checks.check_positive_int("rounds", rounds)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   common = dict(population=k, expected_clients_per_round=c, sampling_probability=q,
                 noise_multiplier=z, rounds=t, delta=delta)
   if method == MOMENTS_ACCOUNTANT:

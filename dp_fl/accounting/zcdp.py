@@ -51,16 +51,6 @@ CONVERSIONS = (EXACT_GAUSSIAN, CKS, BUN_STEINKE)
 _MAX_EPSILON = 700.0
 
 
-def _check_delta(delta: Any) -> float:
-  x = _checks.check_finite("delta", delta)
-  if not 0 < x < 1:
-    raise ValueError(
-        f"`delta` must be strictly between 0 and 1; got {delta!r}. Pass the target δ of "
-        "the (ε, δ) guarantee, e.g. 1e-10 as in paper 004 or 1/population^1.1 as in paper "
-        "001.")
-  return x
-
-
 def _check_noise_multiplier(noise_multiplier: Any) -> float:
   x = _checks.check_finite("noise_multiplier", noise_multiplier)
   if x <= 0:
@@ -121,7 +111,7 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
   mechanism is already (0, δ)-DP.
   """
   rho = _check_rho("rho", rho)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   mu = math.sqrt(2.0 * rho)
   if gaussian_delta(mu, 0.0) <= delta:
     return 0.0
@@ -139,7 +129,7 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
 def epsilon_from_rho_bun_steinke(rho: float, delta: float) -> float:
   """Classical conversion ε = ρ + 2 √(ρ log(1/δ)) (Bun & Steinke 2016, Prop. 1.3)."""
   rho = _check_rho("rho", rho)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
@@ -156,7 +146,7 @@ def epsilon_from_rho_cks(rho: float, delta: float) -> float:
   The objective is convex in α on (1, ∞); it is minimized with a bounded scalar search.
   """
   rho = _check_rho("rho", rho)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   log_inv_delta = math.log(1.0 / delta)
   # The unconstrained optimum is near α* = 1 + √(log(1/δ)/ρ); search well around it.
   alpha_star = 1.0 + math.sqrt(log_inv_delta / rho)
@@ -199,7 +189,7 @@ def pld_epsilon_from_rho(
   discretization interval shrinks; used to cross-check the closed form.
   """
   rho = _check_rho("rho", rho)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   interval = _checks.check_positive(
       "value_discretization_interval", value_discretization_interval)
   accountant = pld_privacy_accountant.PLDAccountant(
@@ -216,7 +206,7 @@ def rho_for_epsilon(target_epsilon: float, delta: float) -> float:
   found by Brent's method on μ.
   """
   eps = _check_epsilon("target_epsilon", target_epsilon)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   lo, hi = 1e-12, 1.0
   while gaussian_delta(hi, eps) < delta:
     hi *= 2.0
@@ -254,7 +244,7 @@ def noise_multiplier_for_epsilon(
   """
   sens = _checks.check_positive("sensitivity", sensitivity)
   eps = _check_epsilon("target_epsilon", target_epsilon)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   if conversion == EXACT_GAUSSIAN:
     rho = rho_for_epsilon(eps, delta)
   elif conversion in (CKS, BUN_STEINKE):
@@ -325,7 +315,7 @@ def matrix_mechanism_guarantee(
     A `ZcdpGuarantee`.
   """
   rho = rho_from_sensitivity(sensitivity, noise_multiplier)
-  delta = _check_delta(delta)
+  delta = _checks.check_delta(delta)
   eps_pld = None
   interval = None
   if with_pld:
