@@ -15,7 +15,7 @@ round, participation count) plus one ``int32`` array of refused check-ins:
 separations (one ``int64`` counter per distinct gap length) is kept too, and the
 participation record itself: the clients of every recorded round (4 bytes per
 participation, 8 MB for paper 004's 2052 rounds of 1000 clients), so the rows of C
-each client used can be audited against C exactly (`rows_of_client`,
+each client used can be audited against C exactly (`round_clients`,
 `participation_patterns`).
 
 Notation: rounds are 0-based; a client that took part in rounds ``r1 < r2`` and
@@ -81,8 +81,9 @@ class ParticipationLedger:
     self._min_separation: int | None = None
     self._max_participations = 0
     self._total = 0
-    # The participation record: clients of round r are _history[_offsets[r]:_offsets[r+1]].
-    # None for a ledger restored from a state written before the record was kept.
+    # The participation record: _history[i] holds the sorted clients of row
+    # _history_rounds[i] (empty rows are left out). None for a ledger restored from a state
+    # written before the record was kept.
     self._history: list[np.ndarray] | None = []
     self._history_rounds: list[int] = []
 
@@ -152,12 +153,7 @@ class ParticipationLedger:
     hist[:current.size] = current
     np.subtract.at(hist, counts, 1)
     np.add.at(hist, counts + 1, 1)
-    return RealizedParticipation(
-        num_rounds=r + 1, min_separation=min_sep, max_participations=k,
-        participation_histogram=tuple(int(x) for x in hist),
-        num_participants=int(self._num_clients - hist[0]),
-        total_participations=self._total + int(ids.size),
-        refused_check_ins=int(self._refused.sum()))
+    return self._summary(r + 1, min_sep, k, hist, self._total + int(ids.size))
 
   def record_refusal(self, client_ids: np.ndarray) -> None:
     """Counts refused check-ins (ineligible devices asking to participate)."""
@@ -261,14 +257,18 @@ class ParticipationLedger:
 
   def realized(self) -> RealizedParticipation:
     """The realized (b, k, histogram) for the privacy report (paper 004, App. C)."""
-    hist = self.participation_histogram()
+    return self._summary(self._num_rounds, self._min_separation, self._max_participations,
+                         self.participation_histogram(), self._total)
+
+  def _summary(self, num_rounds: int, min_separation: int | None, max_participations: int,
+               hist: np.ndarray, total: int) -> RealizedParticipation:
     return RealizedParticipation(
-        num_rounds=self._num_rounds,
-        min_separation=self._min_separation,
-        max_participations=self._max_participations,
+        num_rounds=num_rounds,
+        min_separation=min_separation,
+        max_participations=max_participations,
         participation_histogram=tuple(int(x) for x in hist),
         num_participants=int(self._num_clients - hist[0]),
-        total_participations=self._total,
+        total_participations=total,
         refused_check_ins=int(self._refused.sum()),
     )
 

@@ -8,7 +8,8 @@
   independently across rounds.
 * `BallsInBinsScheduler` — paper 003 Def. 3.1: each client is placed once, at
   construction, into one of ``NB`` bins uniformly at random; the ``t``-th
-  selection uses bin ``t mod NB`` (a discarded round spends its bin). Optional fixed size ``B`` (paper 003 Sec. 5.2.1): larger
+  selection uses bin ``t mod NB`` (a discarded round spends its bin).
+  Optional fixed size ``B`` (paper 003 Sec. 5.2.1): larger
   bins are truncated to ``B`` clients (a random subset per round; truncation is
   equivalent to zero updates, so the analysis is unchanged) and smaller ones
   are padded with zero-update slots; the denominator is always ``B``.

@@ -43,6 +43,9 @@ MECHANISM_FILE = "mechanism.json"
 UNIFORM = "uniform"
 NUM_EXAMPLES = "num_examples"
 
+VARIABLE_COHORTS = ("poisson",)
+"""Participations whose cohort size is random (it may exceed m; DP-FTRL cannot account it)."""
+
 
 class MechanismEntry(abc.ABC):
   """One `--mechanism` value: its aggregator, accountant, calibration and checks."""
@@ -51,7 +54,6 @@ class MechanismEntry(abc.ABC):
   description: str = ""
   private: bool = True
   weighting: str = UNIFORM  # UNIFORM: each client counts once; NUM_EXAMPLES: by its examples.
-  required_participation: Optional[str] = None  # The only participation it accepts.
   refused_participations: tuple[str, ...] = ()  # Variable-cohort schemes it cannot account.
 
   def check_config(self, config: "config_lib.TrainingConfig") -> None:
@@ -61,10 +63,6 @@ class MechanismEntry(abc.ABC):
           f"`noise_multiplier` must be > 0 for --mechanism={self.name} (σ = 0 gives no "
           f"privacy); use {' or '.join('--mechanism=' + n for n in non_private_names())} "
           "for non-private training.")
-    if self.required_participation and config.participation != self.required_participation:
-      raise ValueError(
-          f"`mechanism`={self.name!r} ({self.description}) needs "
-          f"--participation={self.required_participation}, got {config.participation!r}.")
     if config.participation in self.refused_participations:
       raise ValueError(
           f"`mechanism`={self.name!r} is DP-FTRL with a fixed denominator; Poisson sampling "
@@ -99,7 +97,7 @@ class MechanismEntry(abc.ABC):
 class DpFtrlEntry(MechanismEntry):
   """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1)."""
 
-  refused_participations = ("poisson",)
+  refused_participations = VARIABLE_COHORTS
 
   def __init__(self, name: str, description: str, optimize_for: str = "rms"):
     self.name = name
@@ -163,10 +161,10 @@ class DpFedAvgEntry(MechanismEntry):
   name = "dpfedavg"
   description = "DP-FedAvg with Poisson user sampling (paper 001)"
   weighting = NUM_EXAMPLES
-  required_participation = "poisson"
+  participation = "poisson"  # Its accountant is the Poisson-subsampled Gaussian.
 
   def check_config(self, config):
-    if config.participation != self.required_participation:
+    if config.participation != self.participation:
       raise ValueError(
           "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "
           f"needs --participation=poisson, got {config.participation!r}. For a fixed cohort "
@@ -287,7 +285,6 @@ PARTICIPATIONS: dict[str, SchedulerBuilder] = {
 }
 """`--participation`: the builder of the scheduler that picks each round's clients."""
 
-VARIABLE_COHORTS = ("poisson",)  # Cohort size is random: may exceed the population's m.
 
 
 def scheduler(config: "config_lib.TrainingConfig", num_clients: int,
