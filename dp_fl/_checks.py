@@ -96,3 +96,20 @@ def check_finite_array(name: str, value: Any, ndim: int | None = None) -> np.nda
     bad = arr[~np.isfinite(arr)].ravel()[:3]
     _fail(name, f"array containing {bad.tolist()}", "an array of finite numbers")
   return arr
+
+
+def check_lower_triangular(name: str, matrix: Any) -> np.ndarray:
+  """Returns `matrix` as a float64 array, requiring a finite, non-empty, square,
+  lower-triangular matrix (a strategy matrix C of A = B C, paper 004 Sec. 2.3).
+  """
+  c = check_finite_array(name, matrix, ndim=2)
+  if c.shape[0] < 1 or c.shape[0] != c.shape[1]:
+    _fail(name, f"array of shape {c.shape}", "a non-empty square n x n matrix")
+  above = np.argwhere(np.triu(c, 1) != 0)
+  if above.size:
+    i, j = (int(x) for x in above[0])
+    raise ValueError(
+        f"`{name}` must be lower-triangular ({name}[i, j] = 0 for j > i, as the strategy "
+        f"matrix C of A = B C); got {len(above)} non-zero entries above the diagonal, the "
+        f"first {name}[{i}, {j}]={c[i, j]!r}. Pass the lower-triangular C (not Cᵀ).")
+  return c

@@ -35,10 +35,10 @@ sys.path.insert(0, {root!r})
 from dp_fl.mechanisms import banded
 t1 = time.perf_counter()
 c1 = time.process_time()
-mech = banded.optimize_banded({rounds}, {bands}, {min_sep}, {k})
+mech = banded.optimize_banded({rounds}, {min_sep}, {k}, bands={bands})
 t2 = time.perf_counter()
 c2 = time.process_time()
-ev = mech.evaluate({min_sep}, {k})
+ev = mech.evaluate({rounds}, {min_sep}, {k})
 print(json.dumps({{"import_seconds": t1 - t0, "seconds": t2 - t1,
                    "cpu_seconds": c2 - c1, "sensitivity": ev.sensitivity,
                    "max_error": ev.max_error, "rms_error": ev.rms_error,

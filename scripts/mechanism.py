@@ -18,33 +18,21 @@ import sys
 from typing import Any, Optional, Sequence
 
 from dp_fl.mechanisms import catalog
+from dp_fl.training import registry  # pylint: disable=unused-import  (registers every mechanism)
 
 def run(mechanism: str, rounds: int, min_sep: int, max_participations: Optional[int],
         buffers: int, bands: Optional[int], optimize_for: str, seed: int,
         params_in: Optional[str], params_out: Optional[str], eval_rounds: Optional[int],
         eval_min_sep: Optional[int], eval_max_participations: Optional[int]) -> dict[str, Any]:
   """Builds or loads the mechanism, evaluates it, and returns the report as a dict."""
-  if params_in:
-    try:
-      with open(params_in) as f:
-        params = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-      raise ValueError(f"`--params_in` {params_in!r} is not a readable JSON file: {e}") from e
-    loaded = catalog.from_dict(params)
-    if loaded.name != mechanism:
-      raise ValueError(
-          f"`--params_in` {params_in!r} holds a {loaded.name!r} mechanism but "
-          f"`--mechanism` is {mechanism!r}; pass --mechanism={loaded.name} or another file.")
-    built = catalog.Built(loaded, 0.0)
-  else:
-    built = catalog.build(mechanism, rounds=rounds, min_sep=min_sep,
-                          max_participations=max_participations, buffers=buffers, bands=bands,
-                          optimize_for=optimize_for, seed=seed)
+  built = catalog.load_or_build(
+      mechanism, params_in, "`--params_in`", rounds=rounds, min_sep=min_sep,
+      max_participations=max_participations, buffers=buffers, bands=bands,
+      optimize_for=optimize_for, seed=seed)
   evaluation = catalog.evaluate(built.mechanism, rounds, min_sep, max_participations)
   params = built.mechanism.to_dict()
   if params_out:
-    with open(params_out, "w") as f:
-      json.dump(params, f, indent=1)
+    catalog.save(built.mechanism, params_out)
   report = evaluation.to_dict()
   report["optimize_seconds"] = built.optimize_seconds
   report["notes"] = list(built.notes) + report["notes"]
@@ -60,7 +48,7 @@ def run(mechanism: str, rounds: int, min_sep: int, max_participations: Optional[
 def format_table(report: dict[str, Any]) -> str:
   keys = ["mechanism", "rounds", "min_sep", "max_participations", "sensitivity",
           "sensitivity_kind", "max_error", "rms_error", "max_loss", "rms_loss",
-          "state_model_copies", "optimize_seconds"]
+          "buffers", "optimize_seconds"]
   rows = [(k, report[k]) for k in keys]
   if "evaluation_at" in report:
     ev = report["evaluation_at"]
@@ -76,7 +64,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--mechanism", required=True, choices=catalog.MECHANISMS)
+  parser.add_argument("--mechanism", required=True, choices=catalog.names())
   parser.add_argument("--rounds", type=int, required=True,
                       help="n: rounds to build/optimize for")
   parser.add_argument("--min_sep", type=int, required=True,

@@ -73,7 +73,7 @@ def _row(label: str, spec: dict, paper_max: float, paper_rms: float) -> dict:
     ev = catalog.evaluate(mechanism, ROUNDS, MIN_SEP, PARTICIPATIONS)
     result = {"sensitivity": ev.sensitivity, "sensitivity_kind": ev.sensitivity_kind,
               "max_loss": ev.max_loss, "rms_loss": ev.rms_loss,
-              "state_model_copies": ev.state_model_copies}
+              "buffers": ev.buffers}
   result.update(mechanism=label, paper_max_loss=paper_max, paper_rms_loss=paper_rms,
                 seconds=time.perf_counter() - start,
                 reproduces=(round(result["max_loss"], 2) == paper_max and

@@ -38,6 +38,8 @@ from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
+from dp_fl.training import registry  # pylint: disable=unused-import  (registers every mechanism)
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
 
 
 class VerificationFailedError(Exception):
@@ -90,19 +92,9 @@ def _mechanism(name: str, params_in: Optional[str], rounds: int, min_sep: int,
                max_participations: Optional[int], buffers: int, seed: int
                ) -> catalog.Mechanism:
   """Loads --params_in, or builds (optimizes) the mechanism for the schedule."""
-  if params_in:
-    try:
-      with open(params_in) as f:
-        mechanism = catalog.from_dict(json.load(f))
-    except (OSError, json.JSONDecodeError) as e:
-      raise ValueError(f"`--params_in` {params_in!r} is not a readable JSON file: {e}") from e
-    if mechanism.name != name:
-      raise ValueError(f"`--params_in` {params_in!r} holds a {mechanism.name!r} mechanism, "
-                       f"not {name!r}; pass --mechanism={mechanism.name}.")
-    return mechanism
-  return catalog.build(name, rounds=rounds, min_sep=min_sep,
-                       max_participations=max_participations, buffers=buffers,
-                       seed=seed).mechanism
+  return catalog.load_or_build(name, params_in, "`--params_in`", rounds=rounds,
+                               min_sep=min_sep, max_participations=max_participations,
+                               buffers=buffers, seed=seed).mechanism
 
 
 def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffers,
@@ -119,7 +111,7 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
     raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
   seed = 0 if seed is None else seed
   mechanism = _mechanism(name, params_in, rounds, min_sep, max_participations, buffers, seed)
-  k, note = catalog.feasible_participations(rounds, min_sep, max_participations)
+  k, note = sensitivity_lib.feasible_participations(rounds, min_sep, max_participations)
   sens = mechanism.sensitivity(rounds, min_sep, k)
   exact = sens.kind == catalog.EXACT
   guaranteed = sens.guaranteed
@@ -323,7 +315,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
       "--sampling", choices=("min_sep", "poisson", "balls_in_bins"), default="min_sep",
       help="min_sep: at most k participations, >= b rounds apart (paper 004); poisson: "
            "Poisson user sampling, DP-FedAvg (paper 001); balls_in_bins: paper 003")
-  parser.add_argument("--mechanism", choices=catalog.MECHANISMS, default=None)
+  parser.add_argument("--mechanism", choices=catalog.names(), default=None)
   parser.add_argument("--params_in", default=None,
                       help="mechanism parameters (JSON from scripts/mechanism)")
   parser.add_argument("--rounds", type=int, default=None, help="n (or T for DP-FedAvg)")

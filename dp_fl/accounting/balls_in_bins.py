@@ -168,11 +168,7 @@ def _validated_matrix(matrix: Any, n: int) -> np.ndarray:
     raise ValueError(
         f"`matrix` must be entry-wise non-negative (Lemma 3.2 of paper 003); got "
         f"min entry {c.min()!r}. Use a non-negative C (BLT, BandMF, TreeAgg).")
-  if np.any(np.triu(c, 1) != 0):
-    raise ValueError(
-        "`matrix` must be lower-triangular (Lemma 3.2 of paper 003); got non-zero "
-        "entries above the diagonal. Pass the lower-triangular C.")
-  return c
+  return _checks.check_lower_triangular("matrix", c)  # Lemma 3.2 of paper 003.
 
 
 def _validated_toeplitz(toeplitz_coefs: Any, n: int) -> np.ndarray:

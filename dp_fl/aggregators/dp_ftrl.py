@@ -7,7 +7,8 @@ added before dividing by the fixed number of clients per round m:
     Δ̃ᵗ / m = (Σ_i clip(Δᵢᵗ, ζ) + σζ (C⁻¹ Z)_{t,:}) / m.
 
 The mechanism (BLT, BandMF, TreeAgg or DP-SGD's C = I) enters only through its
-streaming generator (`dp_fl.aggregators.noise`), whose buffers live in the
+streaming generator (`dp_fl.aggregators.noise`, built from the mechanism's typed
+noise spec in `dp_fl.mechanisms.streaming`), whose buffers live in the
 aggregator state next to the noise seed and the round index: the state alone
 determines the rest of the noise stream, so a checkpointed state resumes it
 bit for bit.
@@ -39,6 +40,7 @@ from dp_fl import _checks
 from dp_fl.aggregators import _types
 from dp_fl.aggregators import guards
 from dp_fl.aggregators import noise as noise_lib
+from dp_fl.mechanisms import streaming
 
 DEFAULT_ZEROING_MULTIPLE = 1e3  # zeroing_norm default: 1000 ζ (L2).
 
@@ -54,15 +56,16 @@ def seed_pair(seed: Optional[int]) -> np.ndarray:
 class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
   """Clipped sum + streaming correlated noise σζ C⁻¹Z, divided by m (paper 004, Alg. 1).
 
-  Use a named constructor (`blt`, `banded`, `tree`, `dpsgd`) or
-  `from_mechanism`. State: OrderedDict(inner=<guards/zeroing/clipping/sum
-  state>, noise=OrderedDict(seed=int64[2], round=int64, buffers=<one
-  [buffers, *shape] tensor per model tensor>)). Measurements per round:
-  round, clients, clipped_count, clipped_fraction, zeroed_count,
+  Build it from a mechanism (`DPFTRLFactory(mechanism, ...)`: a catalog
+  mechanism, a noise spec or a TF generator) or with a named constructor
+  (`blt`, `banded`, `tree`, `dpsgd`). State: OrderedDict(inner=<guards/zeroing/
+  clipping/sum state>, noise=OrderedDict(seed=int64[2], round=int64,
+  buffers=<one [buffers, *shape] tensor per model tensor>)). Measurements per
+  round: round, clients, clipped_count, clipped_fraction, zeroed_count,
   nonfinite_count, noise_stddev (σζ, the std of each entry of Z).
   """
 
-  def __init__(self, noise: noise_lib.StreamingNoise, *, clip_norm: float,
+  def __init__(self, noise: Any, *, clip_norm: float,
                noise_multiplier: float, clients_per_round: int,
                rounds: Optional[int] = None, seed: Optional[int] = None,
                zeroing_norm: Optional[float] = None,
@@ -71,12 +74,15 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
     """Builds the factory; all arguments are validated here, not in a traced graph.
 
     Args:
-      noise: the mechanism's TF streaming generator (see `from_mechanism`).
+      noise: the mechanism: anything `noise.from_mechanism` accepts (a
+        `dp_fl.mechanisms.catalog.Mechanism`, a `dp_fl.mechanisms.streaming`
+        noise spec, or a TF `noise.StreamingNoise`).
       clip_norm: ζ > 0, the L2 clip norm of each client update.
       noise_multiplier: σ >= 0; each entry of Z has std σζ (0 = no noise).
       clients_per_round: m >= 1, the fixed denominator.
       rounds: training rounds; must not exceed what the mechanism was built for
         (BandMF's n, TreeAgg's n). Defaults to the mechanism's own n, if any.
+        Also sizes the online tree's state when `noise` is a catalog mechanism.
       seed: noise seed (non-negative int); None draws one from OS entropy. The
         seed is part of the state either way.
       zeroing_norm: client updates with L2 norm above it are zeroed (TFF's
@@ -84,10 +90,7 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
       record_aggregation_factory: how clipped updates are summed;
         tff.aggregators.SumFactory() by default.
     """
-    if not isinstance(noise, noise_lib.StreamingNoise):
-      raise ValueError(
-          f"`noise` must be a dp_fl.aggregators.noise.StreamingNoise (use "
-          f"DPFTRLFactory.from_mechanism for mechanism objects); got {type(noise).__name__}.")
+    noise = noise_lib.from_mechanism(noise, rounds)
     self._noise = noise
     self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
     self._noise_multiplier = _checks.check_nonnegative("noise_multiplier", noise_multiplier)
@@ -95,12 +98,7 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
     if rounds is None:
       rounds = noise.max_rounds
     if rounds is not None:
-      rounds = _checks.check_positive_int("rounds", rounds)
-      if noise.max_rounds is not None and rounds > noise.max_rounds:
-        raise ValueError(
-            f"`rounds`={rounds} exceeds the {noise.max_rounds} rounds the {noise.name} "
-            f"mechanism was built for; rebuild the mechanism for n >= {rounds} or train for "
-            f"at most {noise.max_rounds} rounds.")
+      rounds = streaming.check_rounds(rounds, noise.max_rounds, noise.name)
     self._rounds = rounds
     self._seed = seed_pair(seed)
     if zeroing_norm is None:
@@ -117,41 +115,30 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
   # -- named constructors (paper 004, Table 1) ---------------------------------------------
 
   @classmethod
-  def from_mechanism(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
-    """From any mechanism `noise.from_mechanism` accepts; kwargs as in `__init__`."""
-    return cls(noise_lib.from_mechanism(mechanism, kwargs.get("rounds")), **kwargs)
-
-  @classmethod
-  def blt(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
-    """BLT-DP-FTRL: `mechanism` is a `blt.Blt`, a catalog BLT, or has theta/omega.
+  def blt(cls, theta: Any, omega: Any, **kwargs) -> "DPFTRLFactory":
+    """BLT-DP-FTRL with C = BLT(θ, ω) (paper 004, Eq. 2); kwargs as in `__init__`.
 
     Streams by paper 004 Alg. 3 with d buffers; defined for any number of rounds.
     """
-    noise = noise_lib.from_mechanism(mechanism)
-    if not isinstance(noise, noise_lib.BltNoise):
-      raise ValueError(f"`mechanism` must be a BLT (theta, omega); got {type(mechanism).__name__}.")
-    return cls(noise, **kwargs)
+    return cls(streaming.BltStreamingNoise(theta, omega), **kwargs)
 
   @classmethod
-  def banded(cls, mechanism: Any, **kwargs) -> "DPFTRLFactory":
-    """BandMF: `mechanism` is a BandMF object, a catalog bandmf, or its dense C.
+  def banded(cls, c_matrix: Any, **kwargs) -> "DPFTRLFactory":
+    """DP-FTRL with any banded lower-triangular C (e.g. BandMF's), as a dense n × n array.
 
     bands − 1 buffers; refuses `rounds` beyond the n of C.
     """
-    noise = noise_lib.from_mechanism(mechanism)
-    if not isinstance(noise, noise_lib.BandedNoise):
-      raise ValueError(f"`mechanism` must be a banded C; got {type(mechanism).__name__}.")
-    return cls(noise, **kwargs)
+    return cls(streaming.BandedStreamingNoise(c_matrix), **kwargs)
 
   @classmethod
   def tree(cls, *, rounds: int, **kwargs) -> "DPFTRLFactory":
     """Online TreeAgg (Kairouz et al.) for `rounds` rounds, ⌊log₂ n⌋ buffers."""
-    return cls(noise_lib.TreeNoise(rounds), rounds=rounds, **kwargs)
+    return cls(streaming.TreeStreamingNoise(rounds), rounds=rounds, **kwargs)
 
   @classmethod
   def dpsgd(cls, **kwargs) -> "DPFTRLFactory":
     """DP-SGD / DP-FedAvg with a fixed cohort: C = I, independent noise, no buffers."""
-    return cls(noise_lib.IdentityNoise(), **kwargs)
+    return cls(streaming.IdentityStreamingNoise(), **kwargs)
 
   # -- properties --------------------------------------------------------------------------
 

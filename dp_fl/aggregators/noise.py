@@ -22,9 +22,13 @@ from (seed, round index, tensor index) by `stateless_fold_in`, so the
 aggregator state (seed, round, buffers) determines the rest of the noise
 stream and a checkpointed state resumes it exactly.
 
-This module uses TensorFlow only (no TFF); `from_mechanism` adapts the
-pure-NumPy mechanism objects of `dp_fl.mechanisms` (or their parameters) to
-these generators without importing that package's optional modules.
+Every generator here is built from a typed noise spec, the NumPy generator of
+`dp_fl.mechanisms.streaming` (`BltNoise(streaming.BltStreamingNoise(θ, ω))`, …),
+which holds the recurrence's arrays, its buffer count and `max_rounds` and
+validates them: this module validates nothing but the spec's type. `from_spec`
+maps a spec to its TF generator (one dict); `from_mechanism` also accepts a
+`dp_fl.mechanisms.catalog.Mechanism`. The NumPy specs are the reference these
+generators are tested against (tests/aggregators/noise_test.py).
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ from __future__ import annotations
 import abc
 from typing import Any, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 
-from dp_fl import _checks
+from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import streaming
 
 SEED_DTYPE = tf.int64
 ROUND_DTYPE = tf.int64
@@ -64,24 +68,37 @@ def standard_normal(seed: tf.Tensor, round_index: tf.Tensor,
 
 
 class StreamingNoise(abc.ABC):
-  """Streams rows of C⁻¹Z (paper 004, Eq. 1) in TensorFlow.
+  """Streams rows of C⁻¹Z (paper 004, Eq. 1) in TensorFlow, from a NumPy noise spec.
 
   A generator keeps, for every model tensor of shape `s`, one buffer tensor
   of shape `[buffers, *s]` (`buffers` may be 0). `step` maps the round's
-  N(0, 1) draw `z` and the buffer to (row t of C⁻¹ Z, next buffer).
+  N(0, 1) draw `z` and the buffer to (row t of C⁻¹ Z, next buffer). `name`,
+  `buffers` and `max_rounds` are the spec's.
   """
 
-  name: str = ""
+  spec_type: type = streaming.StreamingNoise
+
+  def __init__(self, spec: streaming.StreamingNoise):
+    if not isinstance(spec, self.spec_type):
+      raise ValueError(
+          f"`spec` of {type(self).__name__} must be a dp_fl.mechanisms.streaming."
+          f"{self.spec_type.__name__} (which validates the parameters); got "
+          f"{type(spec).__name__}. Build the spec there, or use noise.from_mechanism.")
+    self.spec = spec
 
   @property
-  @abc.abstractmethod
+  def name(self) -> str:
+    return self.spec.name
+
+  @property
   def buffers(self) -> int:
     """Model-sized arrays in the state (paper 004, Table 1 "memory")."""
+    return self.spec.buffers
 
   @property
   def max_rounds(self) -> Optional[int]:
     """Rounds the generator is defined for; None when any number works."""
-    return None
+    return self.spec.max_rounds
 
   def initial_buffer(self, spec: tf.TensorSpec) -> tf.Tensor:
     """Zeros of shape [buffers, *spec.shape] (S₋₁ = 0 in Alg. 3)."""
@@ -116,33 +133,16 @@ class BltNoise(StreamingNoise):
 
       ẑ_t = z_t − ωᵀ S_{t−1},    S_t = diag(θ) S_{t−1} + 1_d ẑ_t    (Eq. 3)
 
-  Defined for any number of rounds.
+  Defined for any number of rounds. Built from a `streaming.BltStreamingNoise`.
   """
 
-  name = "blt"
-
-  def __init__(self, theta: Any, omega: Any):
-    theta = _checks.check_finite_array("theta", theta, ndim=1)
-    omega = _checks.check_finite_array("omega", omega, ndim=1)
-    if theta.size == 0 or theta.shape != omega.shape:
-      raise ValueError(
-          f"`theta` and `omega` must be non-empty arrays of the same length d (the BLT "
-          f"buffers); got lengths {theta.size} and {omega.size}.")
-    if np.any(theta <= 0) or np.any(theta > 1):
-      raise ValueError(
-          f"`theta` (BLT buffer decays) must lie in (0, 1]; got {theta.tolist()}.")
-    self.theta = theta
-    self.omega = omega
-
-  @property
-  def buffers(self) -> int:
-    return int(self.theta.size)
+  spec_type = streaming.BltStreamingNoise
 
   def step(self, z, buffer, round_index):
     del round_index  # BLT streaming is time-invariant (Toeplitz C).
     rank = z.shape.rank
-    theta = _expand(tf.constant(self.theta, z.dtype), rank)
-    noise = z - _weighted_sum(tf.constant(self.omega, z.dtype), buffer)
+    theta = _expand(tf.constant(self.spec.theta, z.dtype), rank)
+    noise = z - _weighted_sum(tf.constant(self.spec.omega, z.dtype), buffer)
     return noise, theta * buffer + noise[tf.newaxis]
 
 
@@ -152,66 +152,15 @@ class BandedNoise(StreamingNoise):
       ẑ_t = (z_t − Σ_{k=1}^{bands−1} C[t, t−k] ẑ_{t−k}) / C[t, t]
 
   keeping ẑ_{t−1}, …, ẑ_{t−bands+1} (bands − 1 buffers). Refuses rounds
-  beyond the n of its C (paper 004: BandMF is not defined beyond n).
+  beyond the n of its C (paper 004: BandMF is not defined beyond n). Built
+  from a `streaming.BandedStreamingNoise` (band[t, k] = C[t, t − k]).
   """
 
-  name = "bandmf"
-
-  def __init__(self, c_matrix: Any, bands: Optional[int] = None):
-    c = _checks.check_finite_array("c_matrix", c_matrix, ndim=2)
-    n = c.shape[0]
-    if n == 0 or c.shape != (n, n) or np.any(np.triu(c, 1) != 0):
-      raise ValueError(
-          f"`c_matrix` must be a non-empty square lower-triangular matrix; got shape "
-          f"{c.shape}{' with entries above the diagonal' if c.shape == (n, n) else ''}.")
-    diag = np.diag(c)
-    if np.any(diag == 0):
-      raise ValueError(
-          f"`c_matrix` must have a non-zero diagonal (C must be invertible); zero at rows "
-          f"{np.flatnonzero(diag == 0)[:5].tolist()}.")
-    rows, cols = np.nonzero(c)
-    needed = int(np.max(rows - cols)) + 1
-    if bands is None:
-      bands = needed
-    bands = _checks.check_positive_int("bands", bands)
-    if bands < needed:
-      raise ValueError(
-          f"`bands`={bands} but `c_matrix` has non-zeros {needed - 1} below the diagonal; "
-          f"pass bands >= {needed} (or omit it).")
-    band = np.zeros((n, bands))
-    for k in range(bands):
-      band[k:, k] = np.diag(c, -k)
-    self.band = band  # band[t, k] = C[t, t − k] (0 where t − k < 0).
-    self.n = n
-
-  @classmethod
-  def from_band_array(cls, band: Any) -> "BandedNoise":
-    """From band[t, k] = C[t, t − k] (an (n, bands) array)."""
-    band = _checks.check_finite_array("band", band, ndim=2)
-    n, bands = band.shape
-    c = np.zeros((n, n))
-    for k in range(bands):
-      if np.any(band[:k, k] != 0):
-        raise ValueError(
-            f"`band`[t, {k}] must be 0 for t < {k} (those entries lie outside C).")
-      c += np.diag(band[k:, k], -k)
-    return cls(c, bands)
-
-  @property
-  def bands(self) -> int:
-    return int(self.band.shape[1])
-
-  @property
-  def buffers(self) -> int:
-    return self.bands - 1
-
-  @property
-  def max_rounds(self) -> int:
-    return self.n
+  spec_type = streaming.BandedStreamingNoise
 
   def step(self, z, buffer, round_index):
     with tf.control_dependencies(self._assert_in_range(round_index)):
-      row = tf.gather(tf.constant(self.band, z.dtype), round_index)
+      row = tf.gather(tf.constant(self.spec.band, z.dtype), round_index)
     if self.buffers == 0:
       return z / row[0], buffer
     noise = (z - _weighted_sum(row[1:], buffer)) / row[0]
@@ -235,20 +184,19 @@ class TreeNoise(StreamingNoise):
   at most the full tree's; accounting with the full tree (`dp_fl.mechanisms.tree`) stays
   valid.
   No variance reduction is applied (the plain binary-counter estimator).
+  Built from a `streaming.TreeStreamingNoise` with `rounds` set (TF needs a
+  fixed number of buffers).
   """
 
-  name = "tree"
+  spec_type = streaming.TreeStreamingNoise
 
-  def __init__(self, rounds: int):
-    self.n = _checks.check_positive_int("rounds", rounds)
-
-  @property
-  def buffers(self) -> int:
-    return self.n.bit_length() - 1
-
-  @property
-  def max_rounds(self) -> int:
-    return self.n
+  def __init__(self, spec: streaming.TreeStreamingNoise):
+    super().__init__(spec)
+    if spec.rounds is None:
+      raise ValueError(
+          "The TF online tree needs the number of rounds (it sizes the ⌊log₂ n⌋ buffers); "
+          "got a TreeStreamingNoise with rounds=None. Build TreeStreamingNoise(rounds=n), or "
+          "pass `rounds` to noise.from_mechanism / DPFTRLFactory.")
 
   def step(self, z, buffer, round_index):
     with tf.control_dependencies(self._assert_in_range(round_index)):
@@ -267,76 +215,55 @@ class TreeNoise(StreamingNoise):
 
 
 class IdentityNoise(StreamingNoise):
-  """C = I (DP-SGD / DP-FedAvg without amplification): independent noise."""
+  """C = I (DP-SGD / DP-FedAvg without amplification): independent noise.
 
-  name = "dpsgd"
+  Built from a `streaming.IdentityStreamingNoise`.
+  """
 
-  @property
-  def buffers(self) -> int:
-    return 0
+  spec_type = streaming.IdentityStreamingNoise
 
   def step(self, z, buffer, round_index):
     del round_index
     return z, buffer
 
 
-def _banded_from_object(obj: Any) -> BandedNoise:
-  bands = getattr(obj, "bands", None)
-  bands = bands if isinstance(bands, (int, np.integer)) else None
-  for attr in ("dense", "c_matrix", "matrix"):
-    value = getattr(obj, attr, None)
-    if callable(value):
-      value = value()
-    if value is not None:
-      return BandedNoise(value, bands)
-  for attr in ("band_array", "band"):
-    value = getattr(obj, attr, None)
-    if callable(value):
-      value = value()
-    if value is not None:
-      return BandedNoise.from_band_array(value)
+# Spec type -> TF generator: the one place a noise spec becomes TensorFlow.
+_TF_GENERATORS: dict[type, type] = {
+    streaming.BltStreamingNoise: BltNoise,
+    streaming.BandedStreamingNoise: BandedNoise,
+    streaming.TreeStreamingNoise: TreeNoise,
+    streaming.IdentityStreamingNoise: IdentityNoise,
+}
+
+
+def from_spec(spec: streaming.StreamingNoise) -> StreamingNoise:
+  """The TF generator of a `dp_fl.mechanisms.streaming` noise spec (same recurrence)."""
+  for spec_type in type(spec).__mro__:
+    if spec_type in _TF_GENERATORS:
+      return _TF_GENERATORS[spec_type](spec)
   raise ValueError(
-      f"Cannot read a banded C from {type(obj).__name__}: expected a `dense()` method or a "
-      f"`c_matrix`/`band_array` attribute.")
+      f"`spec` must be one of the noise specs "
+      f"{sorted('streaming.' + t.__name__ for t in _TF_GENERATORS)}; got "
+      f"{type(spec).__name__}. A new spec needs a TF generator in noise._TF_GENERATORS.")
 
 
 def from_mechanism(mechanism: Any, rounds: Optional[int] = None) -> StreamingNoise:
-  """The TF streaming generator for a `dp_fl.mechanisms` mechanism.
+  """The TF streaming generator for a mechanism.
 
-  Accepts a `StreamingNoise`; a `catalog.Mechanism` (blt, bandmf, tree,
-  dpsgd); a `blt.Blt` or anything with `theta` and `omega`; a BandMF object
-  with `dense()` (or `c_matrix` / `band_array`); a square lower-triangular
-  NumPy matrix (banded C); or one of the names "tree" and "dpsgd".
-  `rounds` sizes the TreeAgg state and is required for it.
+  Accepts exactly: a TF `StreamingNoise` (returned as is); a
+  `dp_fl.mechanisms.streaming.StreamingNoise` spec (`from_spec`); or a
+  `dp_fl.mechanisms.catalog.Mechanism`, whose `streaming_noise(rounds)` gives
+  the spec (`rounds` sizes the online tree's state and is required for it;
+  `tree_full` cannot stream and says so).
   """
   if isinstance(mechanism, StreamingNoise):
     return mechanism
-  if isinstance(mechanism, str):
-    name = mechanism
-  else:
-    name = getattr(mechanism, "name", None)
-  if name == "dpsgd":
-    return IdentityNoise()
-  if name == "tree":
-    if rounds is None:
-      raise ValueError("`rounds` is required for the tree mechanism: it sizes the "
-                       "⌊log₂ n⌋ TreeAgg buffers; pass the number of training rounds.")
-    return TreeNoise(rounds)
-  if name == "tree_full":
-    raise ValueError(
-        "`tree_full` (TreeAgg-Full, pseudo-inverse decoding) needs every round's noise at "
-        "once and cannot be streamed; use the `tree` mechanism (online TreeAgg).")
-  if hasattr(mechanism, "blt"):  # catalog.BltMechanism
-    mechanism = mechanism.blt
-  if hasattr(mechanism, "theta") and hasattr(mechanism, "omega"):
-    return BltNoise(mechanism.theta, mechanism.omega)
-  if hasattr(mechanism, "banded"):  # catalog.BandedMechanism
-    return _banded_from_object(mechanism.banded)
-  if isinstance(mechanism, np.ndarray):
-    return BandedNoise(mechanism)
-  if any(hasattr(mechanism, a) for a in ("dense", "c_matrix", "band_array", "band")):
-    return _banded_from_object(mechanism)
+  if isinstance(mechanism, catalog.Mechanism):
+    mechanism = mechanism.streaming_noise(rounds)
+  if isinstance(mechanism, streaming.StreamingNoise):
+    return from_spec(mechanism)
   raise ValueError(
-      f"`mechanism` must be a dp_fl.mechanisms mechanism (blt, bandmf, tree, dpsgd), a "
-      f"Blt, a banded C matrix or an aggregators.noise.StreamingNoise; got "
+      f"`mechanism` must be a dp_fl.mechanisms.catalog.Mechanism, a "
+      f"dp_fl.mechanisms.streaming.StreamingNoise spec (e.g. BltStreamingNoise(theta, "
+      f"omega)) or a dp_fl.aggregators.noise.StreamingNoise; got "
       f"{type(mechanism).__name__} {str(mechanism)[:100]!r}.")

@@ -84,6 +84,7 @@ from scipy.linalg import lapack
 
 from dp_fl import _checks
 from dp_fl.mechanisms import sensitivity
+from dp_fl.mechanisms import streaming
 
 MECHANISM_NAME = "bandmf"
 _JSON_VERSION = 1
@@ -128,7 +129,7 @@ class BandedSetting:
     if self.bands > self.n:
       raise ValueError(
           f"`bands` must be <= n={self.n} (C is n x n); got {self.bands}.")
-    feasible = -(-self.n // self.min_sep)
+    feasible, _ = sensitivity.feasible_participations(self.n, self.min_sep)
     if self.max_participations > feasible:
       raise ValueError(
           f"`max_participations` must be the effective k <= ceil(n / min_sep)="
@@ -631,6 +632,7 @@ class BandedEvaluation:
   rms_error: float
   max_loss: float
   rms_loss: float
+  message: str | None = None  # Why k was reduced (None when it fit as given).
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -650,17 +652,8 @@ class BandedMF:
   setting: BandedSetting | None = None
 
   def __post_init__(self):
-    band = _checks.check_finite_array("band", self.band, ndim=2)
+    band = streaming.check_band(self.band, name="band")
     n, bands = band.shape
-    if n < 1 or bands < 1 or bands > n:
-      raise ValueError(
-          f"`band` must have shape (n, bands) with 1 <= bands <= n; got shape "
-          f"{band.shape}.")
-    outside = band[np.arange(n)[:, None] < np.arange(bands)[None, :]]
-    if np.any(outside != 0):
-      raise ValueError(
-          f"`band[t, j]` must be 0 for t < j (C[t, t - j] lies outside the "
-          f"matrix); got non-zero values {outside[outside != 0][:3].tolist()}.")
     diag = band[:, 0]
     if not np.all(diag > 0):
       bad = int(np.flatnonzero(~(diag > 0))[0])
@@ -696,27 +689,7 @@ class BandedMF:
 
     `bands` defaults to the smallest band count holding all non-zeros.
     """
-    c = _checks.check_finite_array("matrix", matrix, ndim=2)
-    n = c.shape[0]
-    if c.shape != (n, n) or n < 1:
-      raise ValueError(f"`matrix` must be square n x n; got shape {c.shape}.")
-    offsets = np.subtract.outer(np.arange(n), np.arange(n))  # i - j
-    if np.any(c[offsets < 0] != 0):
-      raise ValueError("`matrix` must be lower-triangular (C[i, j] = 0 for "
-                       "j > i); it has non-zeros above the diagonal.")
-    nonzero = offsets[c != 0]
-    needed = int(nonzero.max()) + 1 if nonzero.size else 1
-    if bands is None:
-      bands = needed
-    _check_sizes(n, bands)
-    if needed > bands:
-      raise ValueError(
-          f"`matrix` has non-zeros {needed - 1} below the diagonal, so it needs "
-          f"bands >= {needed}; got bands={bands}.")
-    band = np.zeros((n, bands))
-    for r in range(bands):
-      band[r:, r] = np.diagonal(c, -r)
-    return cls(band, setting)
+    return cls(streaming.band_from_dense(matrix, bands, name="matrix"), setting)
 
   # -- structure ------------------------------------------------------------
 
@@ -796,20 +769,25 @@ class BandedMF:
     """RmsError(B) = ||B||_F / sqrt(n) (paper 004, Sec. 3.2)."""
     return float(np.sqrt(np.mean(self.per_query_squared_error(n))))
 
-  def sensitivity(self, min_sep: int, max_participations: int,
-                  n: int | None = None) -> float:
+  def sensitivity(self, n: int | None, min_sep: int,
+                  max_participations: int | None) -> float:
     """sens under Pi(min_sep, k) for the first n rounds; needs min_sep >= bands.
 
     With b = min_sep >= bands the columns of one pattern have disjoint row
     supports, so Eq. 5 gives sens^2 = max_pi sum_{i in pi} ||C[:, i]||^2
     exactly, for any signs of C (computed by dynamic programming over the
-    columns, O(n k)); sqrt(k) for a column-normalized C. k above
-    ceil(n / b) is reduced to it. For min_sep < bands the supports overlap:
-    use the general bound of `dp_fl.mechanisms.sensitivity`.
+    columns, O(n k)); sqrt(k) for a column-normalized C. `n` is required
+    (None: this C's own n); k is capped at ceil(n / b)
+    (`sensitivity.feasible_participations`; None: as many as fit). For
+    min_sep < bands the supports overlap: use the general bound of
+    `dp_fl.mechanisms.sensitivity`.
     """
     n = self._rounds(n)
     min_sep = _checks.check_positive_int("min_sep", min_sep)
-    k = sensitivity.feasible_participations(n, min_sep, max_participations)
+    k, _ = sensitivity.feasible_participations(n, min_sep, max_participations)
+    return self._sensitivity(n, min_sep, k)
+
+  def _sensitivity(self, n: int, min_sep: int, k: int) -> float:
     if min_sep < self.bands:
       raise ValueError(
           f"`min_sep` must be >= bands={self.bands} for the column-norm "
@@ -821,27 +799,31 @@ class BandedMF:
     sq = np.einsum("ij,ij->i", cols, cols)
     return math.sqrt(_max_separated_sum(sq, min_sep, k))
 
-  def evaluate(self, min_sep: int, max_participations: int,
-               n: int | None = None) -> BandedEvaluation:
-    """Sensitivity, MaxError, RmsError, MaxLoss (Eq. 9) and RmsLoss (Eq. 10)."""
+  def evaluate(self, n: int | None, min_sep: int,
+               max_participations: int | None) -> BandedEvaluation:
+    """Sensitivity, MaxError, RmsError, MaxLoss (Eq. 9) and RmsLoss (Eq. 10).
+
+    Arguments as in `sensitivity`; the result's `message` says if k was reduced.
+    """
     n = self._rounds(n)
-    k = sensitivity.feasible_participations(n, min_sep, max_participations)
-    sens = self.sensitivity(min_sep, k, n)
+    min_sep = _checks.check_positive_int("min_sep", min_sep)
+    k, message = sensitivity.feasible_participations(n, min_sep, max_participations)
+    sens = self._sensitivity(n, min_sep, k)
     err = self.per_query_squared_error(n)
     max_err = float(np.sqrt(np.max(err)))
     rms_err = float(np.sqrt(np.mean(err)))
     return BandedEvaluation(n, min_sep, k, sens, max_err, rms_err,
-                            sens * max_err, sens * rms_err)
+                            sens * max_err, sens * rms_err, message)
 
-  def max_loss(self, min_sep: int, max_participations: int,
-               n: int | None = None) -> float:
+  def max_loss(self, n: int | None, min_sep: int,
+               max_participations: int | None) -> float:
     """MaxLoss = sens * MaxError (paper 004, Eq. 9)."""
-    return self.evaluate(min_sep, max_participations, n).max_loss
+    return self.evaluate(n, min_sep, max_participations).max_loss
 
-  def rms_loss(self, min_sep: int, max_participations: int,
-               n: int | None = None) -> float:
+  def rms_loss(self, n: int | None, min_sep: int,
+               max_participations: int | None) -> float:
     """RmsLoss = sens * RmsError (paper 004, Eq. 10)."""
-    return self.evaluate(min_sep, max_participations, n).rms_loss
+    return self.evaluate(n, min_sep, max_participations).rms_loss
 
   # -- serialization --------------------------------------------------------
 
@@ -947,8 +929,8 @@ def rms_loss_and_grad(band: Any, max_participations: int = 1
   return loss, _columns_to_rows(grad_cols) * (k / (2.0 * n * loss))
 
 
-def optimize_banded(n: int, bands: int, min_sep: int, max_participations: int,
-                    *, max_iterations: int = DEFAULT_MAX_ITERATIONS,
+def optimize_banded(n: int, min_sep: int, max_participations: int, *, bands: int,
+                    max_iterations: int = DEFAULT_MAX_ITERATIONS,
                     tol: float = DEFAULT_TOL,
                     initial: BandedMF | None = None) -> BandedMF:
   """BandMF: the column-normalized C with `bands` bands minimizing RmsLoss.
@@ -969,10 +951,11 @@ def optimize_banded(n: int, bands: int, min_sep: int, max_participations: int,
 
   Args:
     n: number of rounds (>= 1).
-    bands: number of bands (1 <= bands <= n).
     min_sep: minimum separation b of Pi(b, k) (>= 1); bands <= min_sep is
       the setting BandMF is made for.
     max_participations: k (>= 1), recorded (reduced to ceil(n / b)).
+    bands: number of bands (1 <= bands <= n); keyword-only, so that no call
+      in the former order (n, bands, min_sep, k) is silently misread.
     max_iterations: L-BFGS iterations over all columns at the finest level
       (coarser levels use at most 20; the coarsest, n < 192, up to 500).
       The default 20 leaves ||A C^{-1}||_F^2 ~1e-6 (bands ~ n / 6) to ~3e-5
@@ -987,7 +970,7 @@ def optimize_banded(n: int, bands: int, min_sep: int, max_participations: int,
   """
   n, bands = _check_sizes(n, bands)
   min_sep = _checks.check_positive_int("min_sep", min_sep)
-  k = sensitivity.feasible_participations(n, min_sep, max_participations)
+  k, _ = sensitivity.feasible_participations(n, min_sep, max_participations)
   max_iterations = _checks.check_positive_int("max_iterations", max_iterations)
   tol = _checks.check_nonnegative("tol", tol)
   start = None

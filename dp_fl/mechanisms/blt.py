@@ -46,6 +46,7 @@ import scipy.special
 
 from dp_fl import _checks
 from dp_fl.mechanisms import sensitivity
+from dp_fl.mechanisms import streaming
 
 MECHANISM_NAME = "blt"
 _JSON_VERSION = 1
@@ -77,46 +78,12 @@ def _check_loss(loss: Any) -> str:
   return loss
 
 
-def effective_max_participations(n: int, min_sep: int,
-                                 max_participations: int) -> tuple[int, str | None]:
-  """Returns (k_eff, message): k reduced to the feasible maximum ceil(n / b).
-
-  Under Pi(b, k) at most ceil(n / b) participations fit into n rounds that are
-  pairwise at least b apart, so a larger k describes the same schema. The
-  message (None when nothing was reduced) says what was changed; callers
-  surface it (`optimize_blt` and `Blt.evaluate` also emit a
-  `ParticipationReducedWarning`).
-  """
-  feasible = sensitivity.feasible_participations(n, min_sep, max_participations)
-  if max_participations <= feasible:
-    return max_participations, None
-  return feasible, (
-      f"`max_participations`={max_participations} cannot be realized in n={n} "
-      f"rounds with min_sep={min_sep}; using the feasible maximum "
-      f"ceil(n / min_sep)={feasible} instead.")
-
-
 def _reduce_participations(n, min_sep, max_participations):
-  k, message = effective_max_participations(n, min_sep, max_participations)
+  """`sensitivity.feasible_participations`, its note surfaced as a ParticipationReducedWarning."""
+  k, message = sensitivity.feasible_participations(n, min_sep, max_participations)
   if message is not None:
     warnings.warn(message, ParticipationReducedWarning, stacklevel=3)
   return k, message
-
-
-def _validate_parameters(theta: Any, omega: Any) -> tuple[np.ndarray, np.ndarray]:
-  theta = _checks.check_finite_array("theta", theta, ndim=1)
-  omega = _checks.check_finite_array("omega", omega, ndim=1)
-  if theta.size < 1:
-    raise ValueError("`theta` must hold at least one buffer decay; got [].")
-  if theta.shape != omega.shape:
-    raise ValueError(
-        f"`theta` and `omega` must have the same length (one output scale per "
-        f"buffer); got {theta.size} and {omega.size}.")
-  for i, t in enumerate(theta):
-    _checks.check_half_open_unit(f"theta[{i}]", t)
-  for i, w in enumerate(omega):
-    _checks.check_nonnegative(f"omega[{i}]", w)
-  return theta, omega
 
 
 # ---------------------------------------------------------------------------
@@ -236,7 +203,7 @@ def inverse_decays(theta: Any, omega: Any) -> np.ndarray:
   See `_inverse_gaps`; theta_hat[j] is the inverse decay interlaced just below
   theta[j] (paper 004, Sec. 2.4; Alg. 3's transition diag(theta) - 1 omega^T).
   """
-  theta, omega = _validate_parameters(theta, omega)
+  theta, omega = streaming.check_blt_parameters(theta, omega)
   return 1.0 - _inverse_gaps(1.0 - theta, omega)
 
 
@@ -529,7 +496,7 @@ class Blt:
   setting: BltSetting | None = None
 
   def __post_init__(self):
-    theta, omega = _validate_parameters(self.theta, self.omega)
+    theta, omega = streaming.check_blt_parameters(self.theta, self.omega)
     object.__setattr__(self, "theta", tuple(float(t) for t in theta))
     object.__setattr__(self, "omega", tuple(float(w) for w in omega))
     if self.setting is not None:
@@ -728,9 +695,10 @@ class Blt:
 class BltOptimizationResult:
   """Best BLT found by `optimize_blt` and how it was found.
 
-  `max_participations` is the effective k (see `effective_max_participations`),
-  `requested_max_participations` what the caller asked for and `message`
-  the reduction notice (None when k was feasible).
+  `max_participations` is the effective k (capped at ceil(n / b) by
+  `sensitivity.feasible_participations`), `requested_max_participations` what
+  the caller asked for and `message` the reduction notice (None when k was
+  feasible).
   """
   blt: Blt
   loss: str

@@ -7,7 +7,7 @@ vocabulary for all of them:
     mechanism = catalog.build("blt", rounds=2052, min_sep=342, max_participations=6,
                               buffers=4, optimize_for="max")
     report = catalog.evaluate(mechanism, rounds=2052, min_sep=342, max_participations=6)
-    noise = mechanism.streaming_noise()      # init(shape) / next(z_t, state)
+    noise = mechanism.streaming_noise()      # the noise spec: init(shape) / next(z_t, state)
     params = mechanism.to_dict()             # JSON; catalog.from_dict(params) restores it
 
 Evaluation follows paper 004: sensitivity under the min-separation schema Π(b, k) (Thm 3.1
@@ -22,21 +22,22 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import math
 import time
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from dp_fl import _checks
+from dp_fl import files
 from dp_fl.mechanisms import banded
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import streaming
 from dp_fl.mechanisms import tree
 
-MECHANISMS = ("blt", "bandmf", "tree", "tree_full", "dpsgd")
 
 # Sensitivity kinds, as reported.
 EXACT = "exact"
@@ -88,31 +89,13 @@ class Evaluation:
   rms_error: float
   max_loss: float
   rms_loss: float
-  state_model_copies: Optional[int]
+  buffers: Optional[int]  # Model-sized arrays of the streaming state; None: cannot stream.
   notes: tuple[str, ...] = ()
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["notes"] = list(self.notes)
     return d
-
-
-def feasible_participations(rounds: int, min_sep: int, max_participations: Optional[int]
-                            ) -> tuple[int, Optional[str]]:
-  """k capped at what fits in n rounds at separation b (⌈n/b⌉), with a note if capped.
-
-  `max_participations=None` means "as many as fit".
-  """
-  n = _checks.check_positive_int("rounds", rounds)
-  b = _checks.check_positive_int("min_sep", min_sep)
-  most = sensitivity_lib.feasible_participations(n, b, n)
-  if max_participations is None:
-    return most, None
-  k = _checks.check_positive_int("max_participations", max_participations)
-  if k > most:
-    return most, (f"max_participations={k} cannot happen in {n} rounds at min_sep={b}; "
-                  f"reduced to the feasible maximum ceil({n}/{b}) = {most}.")
-  return k, None
 
 
 def _bracketed(lower: float, lower_method: str, upper: float, upper_method: str
@@ -135,17 +118,15 @@ class Mechanism(abc.ABC):
     return None
 
   def check_rounds(self, rounds: int) -> int:
-    n = _checks.check_positive_int("rounds", rounds)
-    if self.max_rounds is not None and n > self.max_rounds:
-      raise ValueError(
-          f"`rounds`={n} exceeds the {self.max_rounds} rounds this {self.name} mechanism was "
-          f"built for; {self.name} is not defined beyond them. Rebuild it for n >= {n} or "
-          f"train for at most {self.max_rounds} rounds.")
-    return n
+    return streaming.check_rounds(rounds, self.max_rounds, self.name)
 
   @abc.abstractmethod
-  def sensitivity(self, rounds: int, min_sep: int, max_participations: int) -> Sensitivity:
-    """sens_Π(b,k)(C) restricted to the first `rounds` rounds."""
+  def sensitivity(self, rounds: int, min_sep: int,
+                  max_participations: Optional[int]) -> Sensitivity:
+    """sens_Π(b,k)(C) restricted to the first `rounds` rounds.
+
+    k is capped at ⌈n/b⌉ (`sensitivity.feasible_participations`; None: as many as fit).
+    """
 
   @abc.abstractmethod
   def per_query_squared_error(self, rounds: int) -> np.ndarray:
@@ -153,15 +134,19 @@ class Mechanism(abc.ABC):
 
   @abc.abstractmethod
   def streaming_noise(self, rounds: Optional[int] = None) -> streaming.StreamingNoise:
-    """The streaming generator of rows of C⁻¹ Z (paper 004, Alg. 3 for BLTs)."""
+    """The noise spec: the streaming generator of rows of C⁻¹ Z (paper 004, Alg. 3 for BLTs).
+
+    `rounds` sizes the online tree's state (None: it grows as needed, NumPy only); the TF
+    aggregator builds its generator from this spec (`dp_fl.aggregators.noise.from_spec`).
+    """
 
   @abc.abstractmethod
   def to_dict(self) -> dict[str, Any]:
     """JSON-ready parameters, with a "mechanism" key naming the mechanism."""
 
-  def state_model_copies(self, rounds: int) -> Optional[int]:
-    """Model-sized arrays the streaming state holds; None if the mechanism cannot stream."""
-    return self.streaming_noise(rounds).state_model_copies
+  def buffers(self, rounds: int) -> Optional[int]:
+    """Model-sized arrays the streaming state holds for n rounds; None if it cannot stream."""
+    return self.streaming_noise(rounds).buffers
 
   def lower_triangular_input(self, rounds: int) -> dict[str, np.ndarray]:
     """C for n rounds as {"toeplitz_coefs": c} or {"matrix": C} (square, lower-triangular).
@@ -210,7 +195,7 @@ class DpSgdMechanism(Mechanism):
 
   def sensitivity(self, rounds, min_sep, max_participations):
     n = self.check_rounds(rounds)
-    k, _ = feasible_participations(n, min_sep, max_participations)
+    k, _ = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
     return Sensitivity(math.sqrt(k), EXACT, "column norms of C = I: sqrt(k)")
 
   def per_query_squared_error(self, rounds):
@@ -245,7 +230,7 @@ class BandedMechanism(Mechanism):
 
   def sensitivity(self, rounds, min_sep, max_participations):
     n = self.check_rounds(rounds)
-    k, _ = feasible_participations(n, min_sep, max_participations)
+    k, _ = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
     c = self._dense(n)
     if min_sep >= self.banded.bands:
       value = sensitivity_lib.banded_sensitivity(c, self.banded.bands, min_sep, k)
@@ -264,7 +249,9 @@ class BandedMechanism(Mechanism):
     return self.banded.per_query_squared_error(self.check_rounds(rounds))
 
   def streaming_noise(self, rounds=None):
-    return streaming.BandedStreamingNoise(self.banded.dense())
+    if rounds is not None:
+      self.check_rounds(rounds)
+    return streaming.BandedStreamingNoise.from_band_array(self.banded.band)
 
   def lower_triangular_input(self, rounds):
     return {"matrix": self._dense(self.check_rounds(rounds))}
@@ -293,7 +280,7 @@ class TreeMechanism(Mechanism):
 
   def sensitivity(self, rounds, min_sep, max_participations):
     n = self.check_rounds(rounds)
-    k, _ = feasible_participations(n, min_sep, max_participations)
+    k, _ = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
     value, kind, method = tree.tree_sensitivity(n, min_sep, k, complete=self.complete,
                                                 max_work=self.max_work)
     if kind == EXACT:
@@ -307,8 +294,8 @@ class TreeMechanism(Mechanism):
     n = self.check_rounds(rounds)
     return tree.per_query_squared_error(n, full=self.full, complete=self.complete)
 
-  def state_model_copies(self, rounds):
-    return None if self.full else super().state_model_copies(rounds)
+  def buffers(self, rounds):
+    return None if self.full else super().buffers(rounds)
 
   def streaming_noise(self, rounds=None):
     if self.full:
@@ -326,9 +313,8 @@ def evaluate(mechanism: Mechanism, rounds: int, min_sep: int,
              max_participations: Optional[int] = None) -> Evaluation:
   """Sensitivity, errors and losses of `mechanism` for n rounds under Π(b, k)."""
   n = mechanism.check_rounds(rounds)
-  requested = (max_participations if max_participations is not None
-               else -(-n // _checks.check_positive_int("min_sep", min_sep)))
-  k, note = feasible_participations(n, min_sep, max_participations)
+  k, note = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
+  requested = k if max_participations is None else max_participations
   sens = mechanism.sensitivity(n, min_sep, k)
   errors = mechanism.per_query_squared_error(n)
   max_error = float(np.sqrt(np.max(errors)))
@@ -342,7 +328,7 @@ def evaluate(mechanism: Mechanism, rounds: int, min_sep: int,
       requested_max_participations=int(requested), sensitivity=sens.value,
       sensitivity_kind=sens.kind, sensitivity_method=sens.method, max_error=max_error,
       rms_error=rms_error, max_loss=sens.value * max_error, rms_loss=sens.value * rms_error,
-      state_model_copies=mechanism.state_model_copies(n), notes=notes)
+      buffers=mechanism.buffers(n), notes=notes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,13 +339,67 @@ class Built:
   notes: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+  """What a mechanism is built for: the schedule Π(b, k) over n rounds, and the knobs some
+  families use (the others ignore them)."""
+  rounds: int  # n
+  min_sep: int  # b
+  max_participations: int  # k, already capped at ⌈n/b⌉
+  buffers: int = 4  # BLT buffers d
+  bands: Optional[int] = None  # BandMF bands (None: min(b, n))
+  optimize_for: str = "max"  # "max" (MaxLoss, Eq. 9) or "rms" (RmsLoss, Eq. 10)
+  seed: int = 0  # the optimizer's random starts (public)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One mechanism name: how to build (optimize) it and how to restore it from its JSON.
+
+  `build` returns the mechanism and notes for the user (e.g. an ignored option).
+  """
+  name: str
+  description: str
+  build: Callable[[BuildOptions], tuple[Mechanism, tuple[str, ...]]]
+  from_dict: Callable[[Mapping[str, Any]], Mechanism]
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+  """Makes `family.name` known to `build`, `from_dict` and `load_or_build` (README recipe).
+
+  A mechanism module registers its family when it is imported; `dp_fl.training.registry`
+  imports every module whose mechanism trains.
+  """
+  if not family.name or family.name in _FAMILIES:
+    raise ValueError(f"A mechanism family needs a new, non-empty name; {family.name!r} is "
+                     f"{'empty' if not family.name else 'already registered'}.")
+  _FAMILIES[family.name] = family
+  return family
+
+
+def names() -> tuple[str, ...]:
+  """The registered mechanism names, built-in first."""
+  return tuple(_FAMILIES)
+
+
+def family(name: str) -> Family:
+  """The family of `name`; unknown names fail with the known ones."""
+  found = _FAMILIES.get(name)
+  if found is None:
+    raise ValueError(f"`mechanism` must be one of {names()}; got {name!r}.")
+  return found
+
+
 def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[int] = None,
           buffers: int = 4, bands: Optional[int] = None, optimize_for: str = "max",
           seed: int = 0) -> Built:
   """Builds (optimizing where the mechanism is optimized) a mechanism by name.
 
   Args:
-    name: one of MECHANISMS.
+    name: one of `names()`.
     rounds: n, rounds to optimize for.
     min_sep: b, minimum separation between participations.
     max_participations: k; None = ⌈n/b⌉. Reduced to ⌈n/b⌉ if larger (noted).
@@ -372,43 +412,99 @@ def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[
   Returns:
     A `Built`.
   """
-  if name not in MECHANISMS:
-    raise ValueError(f"`mechanism` must be one of {MECHANISMS}; got {name!r}.")
+  chosen = family(name)
   n = _checks.check_positive_int("rounds", rounds)
-  k, note = feasible_participations(n, min_sep, max_participations)
-  notes = (note,) if note else ()
+  k, note = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
+  options = BuildOptions(n, int(min_sep), k, buffers, bands, optimize_for, seed)
   start = time.perf_counter()
-  if name == "blt":
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", blt.ParticipationReducedWarning)
-      result = blt.optimize_blt(n, min_sep, k, _checks.check_positive_int("buffers", buffers),
-                                loss=optimize_for, seed=seed)
-    mechanism: Mechanism = BltMechanism(result.blt)
-  elif name == "bandmf":
-    if optimize_for != "rms":
-      notes += (f"BandMF is optimized for RmsLoss (paper 004 ref. [8]); "
-                f"optimize_for={optimize_for!r} ignored.",)
-    bands = min(min_sep, n) if bands is None else _checks.check_positive_int("bands", bands)
-    mechanism = BandedMechanism(banded.optimize_banded(n, bands, min_sep, k))
-  elif name == "dpsgd":
-    mechanism = DpSgdMechanism()
-  else:
-    mechanism = TreeMechanism(full=(name == "tree_full"))
-  return Built(mechanism, time.perf_counter() - start, notes)
+  mechanism, notes = chosen.build(options)
+  return Built(mechanism, time.perf_counter() - start, ((note,) if note else ()) + notes)
 
 
 def from_dict(data: Mapping[str, Any]) -> Mechanism:
   """Restores a mechanism from `Mechanism.to_dict()` output (e.g. a --params_in file)."""
   if not isinstance(data, Mapping) or "mechanism" not in data:
     raise ValueError("Mechanism parameters must be a JSON object with a 'mechanism' key "
-                     f"(one of {MECHANISMS}); got {str(data)[:200]!r}.")
+                     f"(one of {names()}); got {str(data)[:200]!r}.")
   name = data["mechanism"]
-  if name == "blt":
-    return BltMechanism(blt.Blt.from_dict(data))
-  if name == "bandmf":
-    return BandedMechanism(banded.BandedMF.from_dict(data))
-  if name == "dpsgd":
-    return DpSgdMechanism()
-  if name in ("tree", "tree_full"):
-    return TreeMechanism(full=(name == "tree_full"), complete=bool(data.get("complete", False)))
-  raise ValueError(f"Unknown mechanism {name!r} in parameters; expected one of {MECHANISMS}.")
+  if name not in _FAMILIES:
+    raise ValueError(f"Unknown mechanism {name!r} in parameters; expected one of {names()}.")
+  return _FAMILIES[name].from_dict(data)
+
+
+def load(path: str, name: Optional[str] = None, what: str = "Mechanism parameters"
+         ) -> Mechanism:
+  """The mechanism saved in the JSON file `path`; if `name` is given, it must be that one.
+
+  `what` names the file in errors (e.g. "`--params_in`").
+  """
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{what} {path!r} is not a readable JSON file ({e}).") from e
+  mechanism = from_dict(data)
+  if name is not None and mechanism.name != name:
+    raise ValueError(f"{what} {path!r} holds a {mechanism.name!r} mechanism, but "
+                     f"--mechanism={name}; pass --mechanism={mechanism.name} or another file.")
+  return mechanism
+
+
+def load_or_build(name: str, params_path: Optional[str] = None,
+                  what: str = "Mechanism parameters", **build_args: Any) -> Built:
+  """`load(params_path, name)` when a path is given, else `build(name, **build_args)`.
+
+  The one way a mechanism is obtained by the training program (its run directory's
+  mechanism.json, or --mechanism_params), `scripts/mechanism` and `scripts/privacy`
+  (--params_in).
+  """
+  if params_path:
+    return Built(load(params_path, name, what), 0.0)
+  return build(name, **build_args)
+
+
+def save(mechanism: Mechanism, path: str) -> None:
+  """Writes `mechanism.to_dict()` to `path` as JSON, atomically."""
+  files.atomic_write_json(path, mechanism.to_dict(), indent=1)
+
+
+# ---------------------------------------------------------------------------------------
+# The built-in families (paper 004, Table 1).
+
+
+def _build_blt(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", blt.ParticipationReducedWarning)
+    result = blt.optimize_blt(options.rounds, options.min_sep, options.max_participations,
+                              _checks.check_positive_int("buffers", options.buffers),
+                              loss=options.optimize_for, seed=options.seed)
+  return BltMechanism(result.blt), ()
+
+
+def _build_bandmf(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
+  notes = ()
+  if options.optimize_for != "rms":
+    notes = (f"BandMF is optimized for RmsLoss (paper 004 ref. [8]); "
+             f"optimize_for={options.optimize_for!r} ignored.",)
+  bands = (min(options.min_sep, options.rounds) if options.bands is None
+           else _checks.check_positive_int("bands", options.bands))
+  return BandedMechanism(banded.optimize_banded(
+      options.rounds, options.min_sep, options.max_participations, bands=bands)), notes
+
+
+def _tree_from_dict(full: bool) -> Callable[[Mapping[str, Any]], Mechanism]:
+  return lambda data: TreeMechanism(full=full, complete=bool(data.get("complete", False)))
+
+
+register(Family("blt", BltMechanism.description, _build_blt,
+                lambda data: BltMechanism(blt.Blt.from_dict(data))))
+register(Family("bandmf", BandedMechanism.description, _build_bandmf,
+                lambda data: BandedMechanism(banded.BandedMF.from_dict(data))))
+register(Family("tree", "online TreeAgg (Kairouz et al. 2021)",
+                lambda options: (TreeMechanism(full=False), ()), _tree_from_dict(False)))
+register(Family("tree_full", "TreeAgg-Full (optimal pseudo-inverse decoding)",
+                lambda options: (TreeMechanism(full=True), ()), _tree_from_dict(True)))
+register(Family("dpsgd", DpSgdMechanism.description, lambda options: (DpSgdMechanism(), ()),
+                lambda data: DpSgdMechanism()))
+
+MECHANISMS = names()  # The built-in names (`names()` also lists mechanisms added later).

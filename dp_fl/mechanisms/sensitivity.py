@@ -39,12 +39,13 @@ Which function gives which guarantee:
     else `upper_bound_sensitivity`; with its kind and method.
 
 A `max_participations` above ceil(n / min_sep), the most participations that
-fit into n rounds, describes the same schema and is reduced to it.
+fit into n rounds, describes the same schema and is reduced to it
+(`feasible_participations`, the one place k is capped).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Optional
 
 import numpy as np
 
@@ -81,15 +82,34 @@ _DUAL_ITERATIONS = 30
 # Validation helpers.
 
 
-def feasible_participations(n: int, min_sep: int, max_participations: int) -> int:
-  """min(k, ceil(n / b)): the most participations Pi(b, k) allows in n rounds.
+def feasible_participations(n: int, min_sep: int,
+                            max_participations: Optional[int] = None
+                            ) -> tuple[int, Optional[str]]:
+  """(k, note): k capped at ⌈n/b⌉, the most participations Pi(b, k) allows in n rounds.
 
-  Validates n, min_sep and max_participations (integers >= 1).
+  Under Pi(b, k) (paper 004, Sec. 3.1) at most ⌈n/b⌉ participations, pairwise at least
+  b = `min_sep` apart, fit into n rounds, so a larger k describes the same schema. This is
+  the one place every module caps k.
+
+  Args:
+    n: rounds (>= 1).
+    min_sep: b (>= 1).
+    max_participations: k (>= 1), or None for "as many as fit" (k = ⌈n/b⌉).
+
+  Returns:
+    (the capped k, a note saying what was reduced, or None when k fits as given).
   """
   n = _checks.check_positive_int("n", n)
   min_sep = _checks.check_positive_int("min_sep", min_sep)
+  most = -(-n // min_sep)
+  if max_participations is None:
+    return most, None
   k = _checks.check_positive_int("max_participations", max_participations)
-  return min(k, -(-n // min_sep))
+  if k <= most:
+    return k, None
+  return most, (
+      f"`max_participations`={k} cannot be realized in n={n} rounds with "
+      f"min_sep={min_sep}; reduced to the feasible maximum ceil(n / min_sep)={most}.")
 
 
 def _finite_array(name: str, value: Any, ndim: int) -> np.ndarray:
@@ -172,7 +192,7 @@ def toeplitz_sensitivity(coef: Any, min_sep: int, max_participations: int) -> fl
       alternatives).
   """
   c = _check_coef(coef)
-  k = feasible_participations(c.size, min_sep, max_participations)
+  k, _ = feasible_participations(c.size, min_sep, max_participations)
   min_sep = int(min_sep)
   alternatives = (
       "Thm. 3.1 needs c_0 >= c_1 >= ... >= 0. For other C use "
@@ -205,7 +225,7 @@ def lower_bound_sensitivity(c_matrix: Any, min_sep: int,
   """
   c = _check_matrix(c_matrix)
   n = c.shape[1]
-  k = feasible_participations(n, min_sep, max_participations)
+  k, _ = feasible_participations(n, min_sep, max_participations)
   cols = _pi_star(n, int(min_sep), k)
   return float(np.linalg.norm(c[:, cols].sum(axis=1)))
 
@@ -224,7 +244,7 @@ def participation_patterns(n: int, min_sep: int,
   """
   n = _checks.check_positive_int("n", n)
   b = _checks.check_positive_int("min_sep", min_sep)
-  k = feasible_participations(n, b, max_participations)
+  k, _ = feasible_participations(n, b, max_participations)
   pattern: list[int] = []
 
   def extend(first: int) -> Iterator[tuple[int, ...]]:
@@ -414,7 +434,7 @@ def exact_sensitivity(c_matrix: Any, min_sep: int, max_participations: int, *,
   """
   g, name = _gram(c_matrix, gram, "exact_sensitivity")
   n = g.shape[0]
-  k = feasible_participations(n, min_sep, max_participations)
+  k, _ = feasible_participations(n, min_sep, max_participations)
   b = int(min_sep)
   max_patterns = _checks.check_positive_int("max_patterns", max_patterns)
   _check_gram_nonnegative(g, name)
@@ -492,7 +512,7 @@ def banded_sensitivity(c_matrix: Any, bands: int, min_sep: int,
   c = _check_matrix(c_matrix)
   bands = _checks.check_positive_int("bands", bands)
   n = c.shape[1]
-  k = feasible_participations(n, min_sep, max_participations)
+  k, _ = feasible_participations(n, min_sep, max_participations)
   b = int(min_sep)
   if b < bands:
     raise ValueError(
@@ -733,7 +753,7 @@ def upper_bound_sensitivity(c_matrix: Any, min_sep: int, max_participations: int
   """
   g, _ = _gram(c_matrix, gram, "upper_bound_sensitivity")
   n = g.shape[0]
-  k = feasible_participations(n, min_sep, max_participations)
+  k, _ = feasible_participations(n, min_sep, max_participations)
   b = int(min_sep)
   weights = _row_pattern_maxima(g, b, k)
   return float(np.sqrt(_max_separated_sum(weights, b, k)))
@@ -776,7 +796,7 @@ def certified_sensitivity(c_matrix: Any, min_sep: int, max_participations: int,
   """
   g, _ = _gram(c_matrix, gram, "certified_sensitivity")
   n = g.shape[0]
-  k = feasible_participations(n, min_sep, max_participations)
+  k, _ = feasible_participations(n, min_sep, max_participations)
   b = int(min_sep)
   max_patterns = _checks.check_positive_int("max_patterns", max_patterns)
   if (_gram_is_nonnegative(g) and

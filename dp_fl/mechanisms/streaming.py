@@ -9,21 +9,25 @@ Gaussian z_t = Z[t] and a small state, never forming C⁻¹:
     for t in range(n):
       noise_t, state = noise.next(z[t], state)  # row t of C⁻¹ Z
 
-| generator                 | C                               | model-sized arrays in the state |
-|---------------------------|---------------------------------|---------------------------------|
-| `BltStreamingNoise`       | BLT(θ, ω) (Eq. 2), by Alg. 3    | d                               |
-| `BandedStreamingNoise`    | banded lower-triangular (BandMF)| bands − 1                       |
-| `TreeStreamingNoise`      | online tree (Kairouz et al.)    | ⌊log₂ n⌋ ≤ ⌈log₂ n⌉             |
-| `IdentityStreamingNoise`  | I (DP-SGD)                      | 0                               |
+| generator                 | C                               | `buffers` (model-sized arrays) |
+|---------------------------|---------------------------------|--------------------------------|
+| `BltStreamingNoise`       | BLT(θ, ω) (Eq. 2), by Alg. 3    | d                              |
+| `BandedStreamingNoise`    | banded lower-triangular (BandMF)| bands − 1                      |
+| `TreeStreamingNoise`      | online tree (Kairouz et al.)    | ⌊log₂ n⌋ ≤ ⌈log₂ n⌉            |
+| `IdentityStreamingNoise`  | I (DP-SGD)                      | 0                              |
+
+These generators are also the *typed noise spec* of each mechanism: each holds the
+recurrence's arrays (θ and ω; the band of C; the rounds of the tree), its `buffers` and the
+rounds it is defined for (`max_rounds`), validated here and nowhere else. The TensorFlow
+generators of `dp_fl.aggregators.noise` are built from these specs only (`noise.from_spec`),
+implement the same recurrences inside TFF computations and are tested against them.
 
 `materialize(n)` streams the unit vectors and returns the dense C⁻¹ (tests compare it with
-the inverse of the dense C); `stream(z)` applies the generator to a whole Z. The TensorFlow
-generators of `dp_fl.aggregators.noise` implement the same recurrences inside TFF
-computations and are tested against these.
+the inverse of the dense C); `stream(z)` applies the generator to a whole Z.
 
-States are immutable tuples `(round_index, buffers)` with `buffers` of shape
-`(state_model_copies, *shape)`; `next` never modifies its input state, so a saved state
-resumes the exact noise stream.
+States are immutable tuples `(round_index, state_buffers)` with `state_buffers` of shape
+`(buffers, *shape)`; `next` never modifies its input state, so a saved state resumes the exact
+noise stream.
 """
 
 from __future__ import annotations
@@ -50,14 +54,110 @@ def _shape(shape: Any) -> tuple[int, ...]:
   return dims
 
 
+# ---------------------------------------------------------------------------
+# Validation of the recurrences' parameters (used by `dp_fl.mechanisms.blt` and `banded` too).
+
+
+def check_blt_parameters(theta: Any, omega: Any) -> tuple[np.ndarray, np.ndarray]:
+  """(θ, ω) of C = BLT(θ, ω) (paper 004, Eq. 2) as float64 arrays.
+
+  Requires d >= 1 buffers, θ ∈ (0, 1]^d (buffer decays) and ω >= 0 (output scales).
+  """
+  theta = _checks.check_finite_array("theta", theta, ndim=1)
+  omega = _checks.check_finite_array("omega", omega, ndim=1)
+  if theta.size < 1:
+    raise ValueError("`theta` must hold at least one buffer decay (d >= 1 buffers); got [].")
+  if theta.shape != omega.shape:
+    raise ValueError(
+        f"`theta` and `omega` must have the same length d (one output scale per buffer); "
+        f"got lengths {theta.size} and {omega.size}.")
+  for i, t in enumerate(theta):
+    _checks.check_half_open_unit(f"theta[{i}]", float(t))
+  for i, w in enumerate(omega):
+    _checks.check_nonnegative(f"omega[{i}]", float(w))
+  return theta, omega
+
+
+def band_from_dense(c_matrix: Any, bands: Optional[int] = None,
+                    name: str = "c_matrix") -> np.ndarray:
+  """band[t, j] = C[t, t − j] ((n, bands), 0 where t < j) of a banded lower-triangular C.
+
+  For bands = 3, n = 4:  C = [c00 . . .; c10 c11 . .; c20 c21 c22 .; . c31 c32 c33] gives
+  band = [c00 0 0; c11 c10 0; c22 c21 c20; c33 c32 c31]. `bands` defaults to the fewest
+  that hold every non-zero of C; fewer are refused.
+  """
+  c = _checks.check_lower_triangular(name, c_matrix)
+  n = c.shape[0]
+  rows, cols = np.nonzero(c)
+  needed = int(np.max(rows - cols)) + 1 if rows.size else 1
+  if bands is None:
+    bands = needed
+  bands = _checks.check_positive_int("bands", bands)
+  if bands > n:
+    raise ValueError(
+        f"`bands` must be <= n={n} (`{name}` is n x n; bands = n is a full lower-triangular "
+        f"C); got {bands}.")
+  if bands < needed:
+    raise ValueError(
+        f"`{name}` has non-zeros {needed - 1} below the diagonal, so it needs "
+        f"bands >= {needed}; got bands={bands}. Pass bands >= {needed} (or omit it).")
+  band = np.zeros((n, bands))
+  for j in range(bands):
+    band[j:, j] = np.diagonal(c, -j)
+  return band
+
+
+def check_band(band: Any, name: str = "band") -> np.ndarray:
+  """`band` (band[t, j] = C[t, t − j], see `band_from_dense`) as a float64 (n, bands) array.
+
+  Requires 1 <= bands <= n, zeros where t < j (outside C) and a non-zero diagonal
+  band[:, 0] (C invertible).
+  """
+  band = _checks.check_finite_array(name, band, ndim=2)
+  n, bands = band.shape
+  if n < 1 or bands < 1 or bands > n:
+    raise ValueError(
+        f"`{name}` must have shape (n, bands) with 1 <= bands <= n; got shape {band.shape}.")
+  outside = band[np.arange(n)[:, None] < np.arange(bands)[None, :]]
+  if np.any(outside != 0):
+    raise ValueError(
+        f"`{name}[t, j]` must be 0 for t < j (C[t, t - j] lies outside the matrix); got "
+        f"non-zero values {outside[outside != 0][:3].tolist()}.")
+  zero = np.flatnonzero(band[:, 0] == 0)
+  if zero.size:
+    raise ValueError(
+        f"`{name}[:, 0]` (the diagonal of C) must be non-zero so that C is invertible; got "
+        f"{name}[{int(zero[0])}, 0]=0.0 ({zero.size} zero entries).")
+  return band
+
+
+# ---------------------------------------------------------------------------
+# The generators.
+
+
+def check_rounds(rounds: Any, max_rounds: Optional[int], name: str) -> int:
+  """`rounds` (a positive int) when the `name` mechanism, defined for `max_rounds` rounds
+  (None: any number), covers them; else a ValueError saying how to fix it."""
+  n = _checks.check_positive_int("rounds", rounds)
+  if max_rounds is not None and n > max_rounds:
+    raise ValueError(
+        f"`rounds`={n} exceeds the {max_rounds} rounds this {name} mechanism was built for; "
+        f"{name} is not defined beyond them. Rebuild it for n >= {n} or train for at most "
+        f"{max_rounds} rounds.")
+  return n
+
+
 class StreamingNoise(abc.ABC):
-  """Streams rows of C⁻¹ Z (paper 004, Eq. 1) from fresh rows of Z."""
+  """Streams rows of C⁻¹ Z (paper 004, Eq. 1) from fresh rows of Z; a mechanism's noise spec.
+
+  `name` is the mechanism's name (as in `dp_fl.mechanisms.catalog.MECHANISMS`).
+  """
 
   name: str = ""
 
   @property
   @abc.abstractmethod
-  def state_model_copies(self) -> int:
+  def buffers(self) -> int:
     """Model-sized arrays the state holds (paper 004, Table 1 "memory")."""
 
   @property
@@ -67,26 +167,26 @@ class StreamingNoise(abc.ABC):
 
   def init(self, shape: Any) -> State:
     """The state before round 0 for one tensor of `shape` (S₋₁ = 0 in Alg. 3)."""
-    return 0, np.zeros((self.state_model_copies,) + _shape(shape))
+    return 0, np.zeros((self.buffers,) + _shape(shape))
 
   def next(self, z: Any, state: State) -> tuple[np.ndarray, State]:
     """(row t of C⁻¹ Z, state after round t) from z = Z[t]; t is the state's round."""
-    t, buffers = state
+    t, state_buffers = state
     z = np.asarray(z, dtype=np.float64)
-    if z.shape != buffers.shape[1:]:
-      raise ValueError(f"`z` must have the shape {buffers.shape[1:]} the state was "
+    if z.shape != state_buffers.shape[1:]:
+      raise ValueError(f"`z` must have the shape {state_buffers.shape[1:]} the state was "
                        f"initialized for; got {z.shape}.")
     if self.max_rounds is not None and t >= self.max_rounds:
       raise ValueError(
           f"round {t} is beyond the {self.max_rounds} rounds this {self.name} noise was "
           f"built for; {self.name} is not defined beyond them. Rebuild it for more rounds.")
-    noise, buffers = self._step(z, buffers, t)
-    return noise, (t + 1, buffers)
+    noise, state_buffers = self._step(z, state_buffers, t)
+    return noise, (t + 1, state_buffers)
 
   @abc.abstractmethod
-  def _step(self, z: np.ndarray, buffers: np.ndarray,
+  def _step(self, z: np.ndarray, state_buffers: np.ndarray,
             t: int) -> tuple[np.ndarray, np.ndarray]:
-    """(noise, next buffers) for round t; must not modify `buffers` in place."""
+    """(noise, next state buffers) for round t; must not modify `state_buffers` in place."""
 
   def stream(self, z: Any) -> np.ndarray:
     """C⁻¹ Z for a whole Z (rounds along axis 0), by streaming."""
@@ -110,34 +210,24 @@ class BltStreamingNoise(StreamingNoise):
 
       ẑ_t = z_t − ωᵀ S_{t−1},        S_t = diag(θ) S_{t−1} + 1_d ẑ_t.
 
-  Defined for any number of rounds; O(d·m) state for an m-parameter model.
+  Defined for any number of rounds; O(d·m) state for an m-parameter model. θ ∈ (0, 1]^d and
+  ω >= 0 (`check_blt_parameters`).
   """
 
   name = "blt"
 
   def __init__(self, theta: Any, omega: Any):
-    theta = _checks.check_finite_array("theta", theta, ndim=1)
-    omega = _checks.check_finite_array("omega", omega, ndim=1)
-    if theta.size == 0 or theta.shape != omega.shape:
-      raise ValueError(
-          f"`theta` and `omega` must be non-empty and of the same length d (the BLT "
-          f"buffers); got lengths {theta.size} and {omega.size}.")
-    for i, t in enumerate(theta):
-      _checks.check_half_open_unit(f"theta[{i}]", t)
-    for i, w in enumerate(omega):
-      _checks.check_nonnegative(f"omega[{i}]", w)
-    self.theta = theta
-    self.omega = omega
+    self.theta, self.omega = check_blt_parameters(theta, omega)
 
   @property
-  def state_model_copies(self) -> int:
+  def buffers(self) -> int:
     return int(self.theta.size)
 
-  def _step(self, z, buffers, t):
+  def _step(self, z, state_buffers, t):
     del t  # Toeplitz C: the recurrence is time-invariant.
-    noise = z - np.tensordot(self.omega, buffers, axes=1)
+    noise = z - np.tensordot(self.omega, state_buffers, axes=1)
     decay = self.theta.reshape((-1,) + (1,) * z.ndim)
-    return noise, decay * buffers + noise[np.newaxis]
+    return noise, decay * state_buffers + noise[np.newaxis]
 
 
 class BandedStreamingNoise(StreamingNoise):
@@ -145,28 +235,34 @@ class BandedStreamingNoise(StreamingNoise):
 
       ẑ_t = (z_t − Σ_{j=1}^{bands−1} C[t, t−j] ẑ_{t−j}) / C[t, t],
 
-  keeping ẑ_{t−1}, …, ẑ_{t−bands+1}. Defined for the n rounds of its C only.
+  keeping ẑ_{t−1}, …, ẑ_{t−bands+1} (bands − 1 buffers). Defined for the n rounds of its C
+  only (paper 004, Fig. 5). Any banded lower-triangular C with a non-zero diagonal works
+  (BandMF's column-normalized C is one); `band[t, j] = C[t, t − j]`.
   """
 
   name = "bandmf"
 
-  def __init__(self, c_matrix: Any):
-    c = _checks.check_finite_array("c_matrix", c_matrix, ndim=2)
-    n = c.shape[0]
-    if n == 0 or c.shape != (n, n):
-      raise ValueError(f"`c_matrix` must be a non-empty square matrix; got shape {c.shape}.")
-    if np.any(np.triu(c, 1) != 0):
-      raise ValueError("`c_matrix` must be lower-triangular (C of A = B C); it has non-zeros "
-                       "above the diagonal.")
-    diag = np.diag(c)
-    if np.any(diag == 0):
-      raise ValueError(f"`c_matrix` must have a non-zero diagonal (C invertible); zero at rows "
-                       f"{np.flatnonzero(diag == 0)[:5].tolist()}.")
-    rows, cols = np.nonzero(c)
-    bands = int(np.max(rows - cols)) + 1
-    band = np.zeros((n, bands))
-    for j in range(bands):
-      band[j:, j] = np.diag(c, -j)
+  def __init__(self, c_matrix: Any, bands: Optional[int] = None):
+    """From the dense n × n C; `bands` defaults to the fewest holding its non-zeros."""
+    band = band_from_dense(c_matrix, bands, name="c_matrix")
+    zero = np.flatnonzero(band[:, 0] == 0)
+    if zero.size:
+      t = int(zero[0])
+      raise ValueError(
+          f"`c_matrix` must have a non-zero diagonal (C invertible); got c_matrix[{t}, {t}]=0.0 "
+          f"({zero.size} zero entries on the diagonal).")
+    self._set_band(band)
+
+  @classmethod
+  def from_band_array(cls, band: Any) -> "BandedStreamingNoise":
+    """From band[t, j] = C[t, t − j], an (n, bands) array (`check_band`)."""
+    noise = cls.__new__(cls)
+    noise._set_band(check_band(band, name="band"))
+    return noise
+
+  def _set_band(self, band: np.ndarray) -> None:
+    band = np.array(band, dtype=np.float64)
+    band.setflags(write=False)
     self.band = band  # band[t, j] = C[t, t − j].
 
   @property
@@ -174,19 +270,19 @@ class BandedStreamingNoise(StreamingNoise):
     return int(self.band.shape[1])
 
   @property
-  def state_model_copies(self) -> int:
+  def buffers(self) -> int:
     return self.bands - 1
 
   @property
   def max_rounds(self) -> int:
     return int(self.band.shape[0])
 
-  def _step(self, z, buffers, t):
+  def _step(self, z, state_buffers, t):
     row = self.band[t]
     if self.bands == 1:
-      return z / row[0], buffers
-    noise = (z - np.tensordot(row[1:], buffers, axes=1)) / row[0]
-    return noise, np.concatenate([noise[np.newaxis], buffers[:-1]], axis=0)
+      return z / row[0], state_buffers
+    noise = (z - np.tensordot(row[1:], state_buffers, axes=1)) / row[0]
+    return noise, np.concatenate([noise[np.newaxis], state_buffers[:-1]], axis=0)
 
 
 class TreeStreamingNoise(StreamingNoise):
@@ -201,7 +297,8 @@ class TreeStreamingNoise(StreamingNoise):
 
   Level ℓ is read again only if 2^{ℓ+1} ≤ n, so ⌊log₂ n⌋ buffers suffice for n rounds.
   With `rounds=None` the generator runs for any number of rounds and the state grows to
-  ⌊log₂ t⌋ + 1 levels as needed.
+  ⌊log₂ t⌋ + 1 levels as needed (NumPy only: TensorFlow needs a fixed state, so the TF
+  generator needs `rounds`).
   """
 
   name = "tree"
@@ -210,7 +307,7 @@ class TreeStreamingNoise(StreamingNoise):
     self.rounds = None if rounds is None else _checks.check_positive_int("rounds", rounds)
 
   @property
-  def state_model_copies(self) -> int:
+  def buffers(self) -> int:
     if self.rounds is None:
       raise ValueError("The online tree's state size depends on the number of rounds; build "
                        "TreeStreamingNoise(rounds=n) to ask for it.")
@@ -221,23 +318,23 @@ class TreeStreamingNoise(StreamingNoise):
     return self.rounds
 
   def init(self, shape: Any) -> State:
-    copies = 0 if self.rounds is None else self.state_model_copies
-    return 0, np.zeros((copies,) + _shape(shape))
+    levels = 0 if self.rounds is None else self.buffers
+    return 0, np.zeros((levels,) + _shape(shape))
 
-  def _step(self, z, buffers, t):
+  def _step(self, z, state_buffers, t):
     count = t + 1
     v = (count & -count).bit_length() - 1  # Trailing zero bits of t + 1.
-    noise = z - np.sum(buffers[:v], axis=0) if v else z.copy()
-    if self.rounds is None and v >= buffers.shape[0]:
-      grown = np.zeros((v + 1,) + buffers.shape[1:])
-      grown[:buffers.shape[0]] = buffers
-      buffers = grown
-    if v < buffers.shape[0]:
+    noise = z - np.sum(state_buffers[:v], axis=0) if v else z.copy()
+    if self.rounds is None and v >= state_buffers.shape[0]:
+      grown = np.zeros((v + 1,) + state_buffers.shape[1:])
+      grown[:state_buffers.shape[0]] = state_buffers
+      state_buffers = grown
+    if v < state_buffers.shape[0]:
       # The level-v node completes now; the lower levels it covers are not read again
       # before their next nodes overwrite them.
-      buffers = buffers.copy()
-      buffers[v] = z
-    return noise, buffers
+      state_buffers = state_buffers.copy()
+      state_buffers[v] = z
+    return noise, state_buffers
 
 
 class IdentityStreamingNoise(StreamingNoise):
@@ -246,10 +343,9 @@ class IdentityStreamingNoise(StreamingNoise):
   name = "dpsgd"
 
   @property
-  def state_model_copies(self) -> int:
+  def buffers(self) -> int:
     return 0
 
-  def _step(self, z, buffers, t):
+  def _step(self, z, state_buffers, t):
     del t
-    return z.copy(), buffers
-
+    return z.copy(), state_buffers

@@ -269,7 +269,7 @@ def tree_sensitivity_lower_bound(n: int, min_sep: int, max_participations: int,
   A valid *lower* bound on sens_Pi(C); the true sensitivity may be larger.
   k is reduced to ceil(n / b) first.
   """
-  k = sensitivity.feasible_participations(n, min_sep, max_participations)
+  k, _ = sensitivity.feasible_participations(n, min_sep, max_participations)
   return math.sqrt(participation_square_norm(n, range(0, k * min_sep, min_sep), complete))
 
 
@@ -428,7 +428,7 @@ def _square_sum_within(n, min_sep, max_participations, complete, max_work):
   """Validated (n, b, k, complete) and the exact max sum of squares, None over budget."""
   n = _checks.check_positive_int("n", n)
   b = _checks.check_positive_int("min_sep", min_sep)
-  k = sensitivity.feasible_participations(n, b, max_participations)
+  k, _ = sensitivity.feasible_participations(n, b, max_participations)
   complete = _check_bool("complete", complete)
   budget = math.inf if max_work is None else _checks.check_positive_int("max_work",
                                                                           max_work)

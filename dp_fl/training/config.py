@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl.training import policies
 from dp_fl.training import registry
 
 MECHANISMS = tuple(registry.MECHANISMS)
@@ -30,7 +31,7 @@ NONPRIVATE_MECHANISMS = registry.non_private_names()
 PARTICIPATIONS = tuple(registry.PARTICIPATIONS)
 """`--participation`: the scheduler that picks each round's clients (dp_fl.participation)."""
 
-ON_NONFINITE = ("stop", "discard")
+ON_NONFINITE = policies.ON_NONFINITE
 """What a round with a non-finite training loss does: stop the run, or discard the round."""
 
 CLIENT_OPTIMIZERS = ("sgd", "adam")

@@ -149,6 +149,16 @@ class RunOutputs:
   def progress(self, line: str) -> None:
     print(line, file=self._progress or sys.stdout, flush=True)
 
+  def resumed(self, resumed_from: Optional[int], rounds: int, root_dir: str) -> None:
+    """Says where a resumed run starts (nothing for a new run)."""
+    if resumed_from is None:
+      return
+    if resumed_from >= rounds:
+      self.progress(f"the run in {root_dir} already completed {resumed_from} rounds; showing "
+                    "its results (pass another --root_dir, or more --rounds, to train again)")
+    else:
+      self.progress(f"resumed from the checkpoint after round {resumed_from}")
+
   def close(self) -> None:
     self._tensorboard.close()
 

@@ -36,9 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
-import signal
 import time
 from typing import Any, Optional, TextIO
 
@@ -49,13 +47,14 @@ from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
+from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
+from dp_fl.training import policies as policies_lib
 from dp_fl.training import registry
 from dp_fl.training import resident as resident_lib
 from dp_fl.training import task as task_lib
 
 MECHANISM_FILE = registry.MECHANISM_FILE
-MAX_CONSECUTIVE_DISCARDS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,32 +69,6 @@ class RunResult:
   resumed_from: Optional[int]
   seconds: float
   message: str = ""
-
-
-class _StopFlag:
-  """Set by SIGTERM/SIGINT: finish the round, checkpoint, exit. A second signal kills."""
-
-  def __init__(self):
-    self.signum: Optional[int] = None
-    self._previous = {}
-
-  def _handle(self, signum, frame):  # pylint: disable=unused-argument
-    if self.signum is not None:
-      signal.signal(signum, signal.SIG_DFL)
-      raise KeyboardInterrupt
-    self.signum = signum
-
-  def __enter__(self):
-    for signum in (signal.SIGTERM, signal.SIGINT):
-      try:
-        self._previous[signum] = signal.signal(signum, self._handle)
-      except ValueError:  # Not the main thread: signals stay with their owner.
-        pass
-    return self
-
-  def __exit__(self, *exc):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,25 +239,6 @@ def _with_model_weights(process: Any, state: Any, weights: Any) -> Any:
   return process.set_model_weights(state, weights)
 
 
-def _nonfinite_problem(metrics: dict[str, Any], num_clients: int) -> str:
-  """Why a round's result must not be used ('' when it is fine).
-
-  TFF's client work already zeroes the update (and drops the metrics) of a client whose local
-  loss became non-finite, and the DP aggregators zero non-finite updates; what is left to
-  catch is a non-finite reported loss, a round in which *every* client diverged, and a server
-  update TFF refused as non-finite (TFF's finalizer then keeps the model as it was, so the
-  model stays finite; the round is still not counted as progress).
-  """
-  loss = metrics.get("client_work/train/loss", 0.0)
-  if not math.isfinite(loss):
-    return f"non-finite training loss ({loss})"
-  if num_clients and metrics.get("client_work/train/num_batches", 1) == 0:
-    return "non-finite loss on every client (TFF dropped all their updates)"
-  if metrics.get("finalizer/update_non_finite", 0):
-    return "non-finite server update"
-  return ""
-
-
 # ---------------------------------------------------------------------------------------
 # The loop.
 
@@ -315,25 +269,19 @@ def check_checkpoint_privacy(restored: checkpoints_lib.Checkpoint,
         "start a new run in another --root_dir.")
 
 
-def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
-        progress_stream: Optional[TextIO] = None,
-        max_rounds_this_call: Optional[int] = None
-        ) -> RunResult:
-  """Trains `task` as `config` says, resuming from the latest checkpoint in `root_dir`.
+@dataclasses.dataclass
+class _Start:
+  """Where a call to `run` starts: checkpoint manager, checkpoint found, mechanism."""
+  manager: checkpoints_lib.CheckpointManager
+  restored: Optional[checkpoints_lib.Checkpoint]
+  mechanism: Optional[catalog.Mechanism]
+  digest: Optional[str]
+  num_clients: int
 
-  Args:
-    task: the task (data, model, metrics).
-    config: the run's validated configuration.
-    progress_stream: where progress lines go (default: the current sys.stdout).
-    max_rounds_this_call: stop (with a checkpoint) after this many rounds in this call —
-      for tests and for chunked jobs; None runs to `config.rounds`.
 
-  Returns:
-    A `RunResult`. Must be called inside `dp_fl.runtime.execution_context()`.
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  started = time.perf_counter()
+def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) -> _Start:
+  """Checks the run directory and any checkpoint in it against `config`, then saves config.json
+  and loads (or builds and saves) the mechanism; refuses a resume that would change privacy."""
   if task.name != config.task:
     raise ValueError(f"`config.task` is {config.task!r} but the task is {task.name!r}.")
   check_root_dir(config.root_dir)
@@ -358,172 +306,145 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
         f"mechanism (parameters hash {restored.meta['mechanism_sha256'][:12]}…, now "
         f"{str(digest)[:12]}…); {MECHANISM_FILE} in {config.root_dir!r} was changed or "
         "rebuilt. Put back the run's mechanism file, or start a new run in another --root_dir.")
-  scheduler_seed, noise_seed = secret_seeds(config)
-  aggregator = build_aggregator(config, mechanism, num_clients, noise_seed)
-  scheduler = build_scheduler(config, num_clients, scheduler_seed)
-  tracker = registry.mechanism(config.mechanism).accountant(config, mechanism, num_clients)
+  return _Start(manager, restored, mechanism, digest, num_clients)
 
+
+def _restore_state(restored: checkpoints_lib.Checkpoint, template: Any) -> Any:
+  """The learning-process state of a checkpoint, checked against the fresh state's structure."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  flat_template = tf.nest.flatten(template)
+  if len(flat_template) != len(restored.arrays) or any(
+      np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
+      for a, b in zip(flat_template, restored.arrays)):
+    raise ValueError(f"The checkpoint {restored.path} does not fit this task's model and "
+                     "aggregator; it belongs to another configuration.")
+  return tf.nest.pack_sequence_as(template, restored.arrays)
+
+
+class _Learner:
+  """The learning process as `loop.TrainingLoop` sees it (the state stays in TFF's worker).
+
+  The state is read back only for checkpoints, evaluations and weight projections
+  (resident.py; ≈ 1.5 s per round saved for BLT at the paper's model size).
+  """
+
+  def __init__(self, process: Any, state: Any, client_epochs: int):
+    self.process = process
+    self.resident = resident_lib.ResidentProcess(process, state)
+    self.client_epochs = client_epochs
+
+  def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
+    if self.client_epochs > 1:
+      datasets = [ds.repeat(self.client_epochs) for ds in datasets]
+    result = self.resident.next(datasets)
+    return result, outputs_lib.flatten_metrics(result.metrics)
+
+  def commit(self, result: Any) -> None:
+    self.resident.commit(result)
+
+  def state(self) -> Any:
+    return self.resident.state()
+
+  def model_weights(self) -> Any:
+    return _model_weights(self.process, self.resident.state())
+
+  def set_model_weights(self, weights: Any) -> None:
+    self.resident.set_state(_with_model_weights(self.process, self.resident.state(), weights))
+
+
+def _policies(task: task_lib.Task, config: config_lib.TrainingConfig, rounds_done: int,
+              max_rounds_this_call: Optional[int]) -> loop_lib.Policies:
+  """The loop's policies as `config` (and the task's weight projection) set them."""
+  return loop_lib.Policies(
+      cadence=policies_lib.Cadence(config.rounds, config.eval_every, config.checkpoint_every),
+      budget=policies_lib.EpsilonBudget(config.target_epsilon),
+      nonfinite=policies_lib.NonfinitePolicy(config.on_nonfinite),
+      projection=policies_lib.WeightProjection(task.project_weights),
+      limit=policies_lib.RoundLimit(max_rounds_this_call, rounds_done),
+      signal=policies_lib.StopSignal(),
+      clock=policies_lib.ProgressClock())
+
+
+def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
+        progress_stream: Optional[TextIO] = None,
+        max_rounds_this_call: Optional[int] = None
+        ) -> RunResult:
+  """Trains `task` as `config` says, resuming from the latest checkpoint in `root_dir`.
+
+  Args:
+    task: the task (data, model, metrics).
+    config: the run's validated configuration.
+    progress_stream: where progress lines go (default: the current sys.stdout).
+    max_rounds_this_call: stop (with a checkpoint) after this many rounds in this call —
+      for tests and for chunked jobs; None runs to `config.rounds`.
+
+  Returns:
+    A `RunResult`. Must be called inside `dp_fl.runtime.execution_context()`.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  started = time.perf_counter()
+  start = _open_run_directory(task, config)
+  entry = registry.mechanism(config.mechanism)
+  scheduler_seed, noise_seed = secret_seeds(config)
+  aggregator = build_aggregator(config, start.mechanism, start.num_clients, noise_seed)
+  scheduler = build_scheduler(config, start.num_clients, scheduler_seed)
+  accountant = entry.accountant(config, start.mechanism, start.num_clients)
   tf.keras.utils.set_random_seed(config.seed)
   process = build_learning_process(task, config, aggregator)
   state = process.initialize()
-  template = state
   rounds_done, resumed_from = 0, None
   participation = tff_adapter.TffParticipation(scheduler, task.train_data)
-  if restored is not None:
-    flat_template = tf.nest.flatten(template)
-    if len(flat_template) != len(restored.arrays) or any(
-        np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
-        for a, b in zip(flat_template, restored.arrays)):
-      raise ValueError(f"The checkpoint {restored.path} does not fit this task's model and "
-                       "aggregator; it belongs to another configuration.")
-    state = tf.nest.pack_sequence_as(template, restored.arrays)
-    participation = tff_adapter.TffParticipation.restore(restored.blobs["scheduler"],
+  if start.restored is not None:
+    state = _restore_state(start.restored, state)
+    participation = tff_adapter.TffParticipation.restore(start.restored.blobs["scheduler"],
                                                          task.train_data)
-    rounds_done = restored.round
-    resumed_from = rounds_done
+    rounds_done = resumed_from = start.restored.round
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
-  meter = outputs_lib.ProgressMeter(rounds_done, config.rounds)
-  if resumed_from is not None and resumed_from >= config.rounds:
-    outputs.progress(f"the run in {config.root_dir} already completed {resumed_from} rounds; "
-                     "showing its results (pass another --root_dir, or more --rounds, to "
-                     "train again)")
-  elif resumed_from is not None:
-    outputs.progress(f"resumed from the checkpoint after round {resumed_from}")
-
-  # The state stays in TFF's worker between rounds; it is read back only for checkpoints,
-  # evaluations and weight projections (resident.py; ≈ 1.5 s per round saved for BLT at the
-  # paper's model size).
-  resident = resident_lib.ResidentProcess(process, state)
+  outputs.resumed(resumed_from, config.rounds, config.root_dir)
+  learner = _Learner(process, state, config.client_epochs)
   del state
 
-  def discarded() -> int:
-    return participation.scheduler.discarded_rounds
+  def save_checkpoint(round_number: int) -> None:
+    start.manager.save(round_number, tf.nest.flatten(learner.state()),
+                       {"scheduler": participation.state()},
+                       {"discarded_rounds": participation.scheduler.discarded_rounds,
+                        "task": task.name, "privacy": config.privacy_record(),
+                        "mechanism_sha256": start.digest})
 
-  discards_at_checkpoint = discarded()
-
-  def save_checkpoint() -> dict[str, float]:
-    nonlocal discards_at_checkpoint
-    discards_at_checkpoint = discarded()
-    return manager.save(rounds_done, tf.nest.flatten(resident.state()),
-                        {"scheduler": participation.state()},
-                        {"discarded_rounds": discarded(), "task": task.name,
-                         "privacy": config.privacy_record(), "mechanism_sha256": digest})
-
-  def refresh_privacy():
-    report = tracker.report(participation.scheduler.realized())
-    if report is not None:
-      outputs.privacy(rounds_done, report)
-    return report
-
-  stopped, message = "completed", ""
-  eval_metrics: dict[str, float] = {}
-  last_progress = 0.0
-  last_checkpoint = rounds_done
-  consecutive_discards = 0
-  evaluated_round = None
-  with _StopFlag() as stop:
-    while rounds_done < config.rounds:
-      if max_rounds_this_call is not None and rounds_done - (resumed_from or 0) >= (
-          max_rounds_this_call):
-        stopped, message = "paused", f"paused after {max_rounds_this_call} rounds"
-        break
-      pending = participation.select_round()
-      if config.target_epsilon is not None:
-        eps_next = tracker.epsilon(participation.scheduler.realized_if(pending.selection))
-        if eps_next > config.target_epsilon:
-          participation.withdraw(pending)
-          stopped = "target_epsilon"
-          message = (f"stopped before round {rounds_done + 1}: it would raise ε to "
-                     f"{eps_next:.4g} > target {config.target_epsilon:g}")
-          break
-      datasets = [ds.repeat(config.client_epochs) if config.client_epochs > 1 else ds
-                  for ds in pending.datasets]
-      round_result = resident.next(datasets)
-      metrics = outputs_lib.flatten_metrics(round_result.metrics)
-      problem = _nonfinite_problem(metrics, len(pending.client_ids))
-      if problem:
-        if config.on_nonfinite == "stop":
-          participation.withdraw(pending)
-          stopped = "nonfinite"
-          message = (f"round {rounds_done + 1}: {problem}; stopped without applying it (the "
-                     "last checkpoint is intact). Lower the learning rates or use "
-                     "--on_nonfinite=discard.")
-          break
-        # Not applied: the aggregator state (the row of C) does not advance, and the ledger
-        # records nothing; the next selection is a fresh draw for the same row.
-        participation.discard(pending)
-        consecutive_discards += 1
-        outputs.progress(f"round {rounds_done + 1}: {problem}; round discarded")
-        if consecutive_discards >= MAX_CONSECUTIVE_DISCARDS:
-          stopped = "nonfinite"
-          message = (f"{consecutive_discards} consecutive rounds had a non-finite loss; "
-                     "stopped. Lower the learning rates or the clip norm.")
-          break
-        continue
-      consecutive_discards = 0
-      resident.commit(round_result)
-      participation.commit(pending)
-      if task.project_weights is not None:
-        state = resident.state()
-        weights = _model_weights(process, state)
-        projected = task.project_weights([np.asarray(w) for w in weights.trainable])
-        resident.set_state(_with_model_weights(process, state, type(weights)(
-            trainable=projected, non_trainable=weights.non_trainable)))
-      rounds_done += 1
-      metrics.update(clients=len(pending.client_ids),
-                     shortfall=pending.selection.shortfall,
-                     discarded_rounds=discarded(),
-                     server_learning_rate=config.server_learning_rate_at(rounds_done - 1))
-      outputs.train(rounds_done, metrics)
-      is_last = rounds_done == config.rounds
-      is_eval = rounds_done % config.eval_every == 0 or is_last
-      if rounds_done % config.checkpoint_every == 0 or is_last or is_eval:
-        # Before an evaluation is published: a crash after it resumes from this state, so
-        # the published result is never recomputed (with the same noise) on resume.
-        save_checkpoint()
-        last_checkpoint = rounds_done
-      if is_eval:
-        eval_metrics = evaluate(task, _model_weights(process, resident.state()))
-        outputs.evaluation(rounds_done, eval_metrics)
-        evaluated_round = rounds_done
-        report = refresh_privacy()
-        eps = None if report is None else report.epsilon
-        outputs.progress(meter.line(rounds_done, eps, "eval " + ", ".join(
-            f"{k} {v:.4f}" for k, v in eval_metrics.items()), tracker.report_accountant))
-        last_progress = time.perf_counter()
-      elif time.perf_counter() - last_progress > 10.0:
-        outputs.progress(meter.line(
-            rounds_done, tracker.epsilon(participation.scheduler.realized()),
-            accountant=tracker.progress_accountant))
-        last_progress = time.perf_counter()
-      if stop.signum is not None:
-        stopped = "signal"
-        message = (f"{signal.Signals(stop.signum).name} received: stopped after round "
-                   f"{rounds_done}; rerun the same command to resume")
-        break
-  if last_checkpoint != rounds_done or discarded() != discards_at_checkpoint:
-    save_checkpoint()  # Rounds, or discards (they move the scheduler on), since the last.
-  report = refresh_privacy() if rounds_done else None
-  if rounds_done and evaluated_round != rounds_done:
-    eval_metrics = evaluate(task, _model_weights(process, resident.state()))
-    outputs.evaluation(rounds_done, eval_metrics)
-  resident.close()
-  epsilon = None if report is None else report.epsilon
-  seconds = time.perf_counter() - started
-  outputs.summary({
-      "task": task.name, "rounds_completed": rounds_done, "stopped": stopped,
-      "message": message, "eval": eval_metrics, "baseline": dict(task.baseline_metrics),
-      "epsilon": epsilon, "epsilon_is_upper_bound": report is not None,
-      "delta": config.delta, "resumed_from": resumed_from,
-      "seconds_this_call": seconds, "discarded_rounds": discarded(),
-      "realized_participation": dataclasses.asdict(participation.scheduler.realized()),
-  })
-  if message:
-    outputs.progress(message)
+  outcome = loop_lib.TrainingLoop(
+      rounds=config.rounds, rounds_done=rounds_done, learner=learner,
+      participation=participation, accountant=accountant, save_checkpoint=save_checkpoint,
+      evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
+      meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
+      policies=_policies(task, config, rounds_done, max_rounds_this_call),
+      learning_rate_at=config.server_learning_rate_at).run()
+  learner.resident.close()
+  result = RunResult(
+      rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
+      eval_metrics=outcome.eval_metrics,
+      epsilon=None if outcome.report is None else outcome.report.epsilon, delta=config.delta,
+      privacy_report=outcome.report, resumed_from=resumed_from,
+      seconds=time.perf_counter() - started, message=outcome.message)
+  outputs.summary(_run_summary(task, result, participation.scheduler))
+  if result.message:
+    outputs.progress(result.message)
   outputs.close()
-  return RunResult(rounds_completed=rounds_done, stopped=stopped, eval_metrics=eval_metrics,
-                   epsilon=epsilon, delta=config.delta, privacy_report=report,
-                   resumed_from=resumed_from, seconds=seconds, message=message)
+  return result
+
+
+def _run_summary(task: task_lib.Task, result: RunResult,
+                 scheduler: participation_base.Scheduler) -> dict[str, Any]:
+  """summary.json of the run directory."""
+  return {
+      "task": task.name, "rounds_completed": result.rounds_completed,
+      "stopped": result.stopped, "message": result.message, "eval": result.eval_metrics,
+      "baseline": dict(task.baseline_metrics), "epsilon": result.epsilon,
+      "epsilon_is_upper_bound": result.privacy_report is not None, "delta": result.delta,
+      "resumed_from": result.resumed_from, "seconds_this_call": result.seconds,
+      "discarded_rounds": scheduler.discarded_rounds,
+      "realized_participation": dataclasses.asdict(scheduler.realized()),
+  }
 
 
 # ---------------------------------------------------------------------------------------

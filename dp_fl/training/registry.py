@@ -21,13 +21,11 @@ Imports of TensorFlow / TFF happen inside the methods that need them, so the con
 from __future__ import annotations
 
 import abc
-import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
-from dp_fl import files
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base as participation_base
@@ -110,30 +108,19 @@ class DpFtrlEntry(MechanismEntry):
     max_participations); saved to the run directory."""
     saved = os.path.join(config.root_dir, MECHANISM_FILE)
     source = saved if os.path.exists(saved) else config.mechanism_params
-    if source:
-      try:
-        with open(source, encoding="utf-8") as f:
-          mechanism = catalog.from_dict(json.load(f))
-      except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"Mechanism parameters {source!r} are not a readable JSON file "
-                         f"({e}).") from e
-      if mechanism.name != self.name:
-        raise ValueError(f"Mechanism parameters {source!r} hold a {mechanism.name!r} "
-                         f"mechanism, but --mechanism={self.name}.")
-    else:
-      mechanism = catalog.build(
-          self.name, rounds=config.rounds, min_sep=config.min_sep,
-          max_participations=config.max_participations, buffers=config.blt_buffers,
-          bands=config.bandmf_bands, optimize_for=self.optimize_for,
-          seed=config.seed).mechanism
+    mechanism = catalog.load_or_build(
+        self.name, source, rounds=config.rounds, min_sep=config.min_sep,
+        max_participations=config.max_participations, buffers=config.blt_buffers,
+        bands=config.bandmf_bands, optimize_for=self.optimize_for,
+        seed=config.seed).mechanism
     mechanism.check_rounds(config.rounds)
-    files.atomic_write_json(saved, mechanism.to_dict(), indent=1)
+    catalog.save(mechanism, saved)
     return mechanism
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None):
     from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
     del num_clients
-    return dp_ftrl.DPFTRLFactory.from_mechanism(
+    return dp_ftrl.DPFTRLFactory(
         mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
         clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
 
@@ -149,8 +136,7 @@ class DpFtrlEntry(MechanismEntry):
     lower bound is known (never the lower bound)."""
     from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
     mechanism = self.load_or_build(config)
-    k, _ = catalog.feasible_participations(config.rounds, config.min_sep,
-                                           config.max_participations)
+    k = config.max_participations  # None: as many as fit; sensitivity() caps k at ⌈n/b⌉.
     sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
     return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
 

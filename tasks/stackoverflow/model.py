@@ -3,7 +3,7 @@
 The model is the recurrent model of TFF's StackOverflow baseline, used by paper 004
 Sec. 4.1 (Table 3) after its ref. [8]: token embedding (96) -> one LSTM (670 units) ->
 dense projection (96) -> dense layer to logits over the extended vocabulary (V + B + 3
-classes, see `tasks.stackoverflow.data`). At V = 10,000 words and B = 1 OOV bucket it has
+classes, see `tasks.stackoverflow.vocab`). At V = 10,000 words and B = 1 OOV bucket it has
 4,050,748 trainable parameters:
 
     embedding   10,004 x 96                       =   960,384
@@ -25,7 +25,7 @@ from tensorflow_federated.python.simulation.baselines import keras_metrics
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
 
 from dp_fl import _checks
-from tasks.stackoverflow import data
+from tasks.stackoverflow import vocab as vocab_lib
 
 PAPER_EMBEDDING_SIZE = 96
 PAPER_LSTM_SIZE = 670
@@ -33,13 +33,13 @@ PAPER_NUM_LSTM_LAYERS = 1
 PAPER_NUM_TRAINABLE_PARAMETERS = 4_050_748  # At vocab_size 10,000 and 1 OOV bucket.
 
 
-def num_trainable_parameters(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
-                             num_oov_buckets: int = data.DEFAULT_NUM_OOV_BUCKETS, *,
+def num_trainable_parameters(vocab_size: int = vocab_lib.DEFAULT_VOCAB_SIZE,
+                             num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, *,
                              embedding_size: int = PAPER_EMBEDDING_SIZE,
                              lstm_size: int = PAPER_LSTM_SIZE,
                              num_lstm_layers: int = PAPER_NUM_LSTM_LAYERS) -> int:
   """The trainable parameter count of `build_model` with these sizes, in closed form."""
-  classes = data.token_ids(vocab_size, num_oov_buckets).extended_vocab_size
+  classes = vocab_lib.token_ids(vocab_size, num_oov_buckets).extended_vocab_size
   embedding_size = _checks.check_positive_int("embedding_size", embedding_size)
   lstm_size = _checks.check_positive_int("lstm_size", lstm_size)
   num_lstm_layers = _checks.check_positive_int("num_lstm_layers", num_lstm_layers)
@@ -49,8 +49,8 @@ def num_trainable_parameters(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
           + embedding_size * classes + classes)
 
 
-def build_model(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
-                num_oov_buckets: int = data.DEFAULT_NUM_OOV_BUCKETS, *,
+def build_model(vocab_size: int = vocab_lib.DEFAULT_VOCAB_SIZE,
+                num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, *,
                 embedding_size: int = PAPER_EMBEDDING_SIZE, lstm_size: int = PAPER_LSTM_SIZE,
                 num_lstm_layers: int = PAPER_NUM_LSTM_LAYERS) -> tf.keras.Model:
   """The uncompiled Keras model (TFF's `create_recurrent_model`), logits out.
@@ -68,7 +68,7 @@ def build_model(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
   Returns:
     The model.
   """
-  classes = data.token_ids(vocab_size, num_oov_buckets).extended_vocab_size
+  classes = vocab_lib.token_ids(vocab_size, num_oov_buckets).extended_vocab_size
   return word_prediction_models.create_recurrent_model(
       vocab_size=classes,
       embedding_size=_checks.check_positive_int("embedding_size", embedding_size),
@@ -121,8 +121,8 @@ def loss_fn(pad_token: int = 0) -> tf.keras.losses.Loss:
   return MaskedSparseCategoricalCrossentropy(pad_token=pad_token)
 
 
-def metrics_fn(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
-               num_oov_buckets: int = data.DEFAULT_NUM_OOV_BUCKETS
+def metrics_fn(vocab_size: int = vocab_lib.DEFAULT_VOCAB_SIZE,
+               num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS
                ) -> list[tf.keras.metrics.Metric]:
   """New instances of the task's metrics (TFF's baseline word-prediction metrics).
 
@@ -139,8 +139,8 @@ def metrics_fn(vocab_size: int = data.DEFAULT_VOCAB_SIZE,
     The metrics (Keras metrics, usable with `tff.learning.models.from_keras_model` and
     `tf.keras.Model.compile`).
   """
-  ids = data.token_ids(vocab_size, num_oov_buckets)
-  masks = data.accuracy_masks(ids)
-  return [keras_metrics.NumTokensCounter(masked_tokens=[ids.pad], name=data.NUM_TOKENS)] + [
+  ids = vocab_lib.token_ids(vocab_size, num_oov_buckets)
+  masks = vocab_lib.accuracy_masks(ids)
+  return [keras_metrics.NumTokensCounter(masked_tokens=[ids.pad], name=vocab_lib.NUM_TOKENS)] + [
       keras_metrics.MaskedCategoricalAccuracy(masked_tokens=list(masked), name=name)
       for name, masked in masks.items()]

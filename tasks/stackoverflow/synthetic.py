@@ -63,12 +63,13 @@ import tensorflow as tf
 
 from dp_fl import _checks
 from dp_fl import files
+from tasks.stackoverflow import database
 
 # Bump when the generator's output for a given config changes: it is part of the cache key.
 GENERATOR_VERSION = 1
-DATABASE_FILENAME = "stackoverflow.sqlite"
+DATABASE_FILENAME = database.DATABASE_FILENAME  # The format this module writes.
 CONFIG_FILENAME = "synthetic_config.json"
-SPLITS = ("train", "heldout", "test")
+SPLITS = database.SPLITS
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dp_fl", "stackoverflow_synthetic")
 
 # Frequent English / StackOverflow tokens: ranks 0, 1, 2, ... of the vocabulary.
@@ -493,7 +494,7 @@ def ensure_corpus(config: Optional[SyntheticConfig] = None,
   """Returns a directory DIR holding the corpus of `config`, generating it on first use.
 
   `tff.simulation.datasets.stackoverflow.load_data(cache_dir=DIR)` reads it (as does
-  `tasks.stackoverflow.data.load_client_data(DIR)`). The corpus is cached under
+  `tasks.stackoverflow.database.load_client_data(DIR)`). The corpus is cached under
   `<cache_dir>/<config.fingerprint()>/` (default cache_dir:
   `~/.cache/dp_fl/stackoverflow_synthetic`), so later calls return at once; concurrent
   callers wait on a file lock instead of generating twice.

@@ -16,9 +16,13 @@ from typing import Optional
 
 from dp_fl import _checks
 from dp_fl.training import task as task_lib
-from tasks.stackoverflow import data
+from tasks.stackoverflow import baselines
+from tasks.stackoverflow import database
+from tasks.stackoverflow import in_memory
 from tasks.stackoverflow import model
+from tasks.stackoverflow import preprocessing
 from tasks.stackoverflow import synthetic
+from tasks.stackoverflow import vocab as vocab_lib
 
 TASK_NAME = "stackoverflow"
 
@@ -44,9 +48,9 @@ class StackOverflowSettings:
   """
   data_dir: Optional[str] = None
   word_count_file: Optional[str] = None
-  vocab_size: int = data.DEFAULT_VOCAB_SIZE
-  num_oov_buckets: int = data.DEFAULT_NUM_OOV_BUCKETS
-  sequence_length: int = data.DEFAULT_SEQUENCE_LENGTH
+  vocab_size: int = vocab_lib.DEFAULT_VOCAB_SIZE
+  num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS
+  sequence_length: int = preprocessing.DEFAULT_SEQUENCE_LENGTH
   batch_size: int = 16
   max_elements_per_client: int = 256
   embedding_size: int = model.PAPER_EMBEDDING_SIZE
@@ -81,22 +85,22 @@ def data_directory(settings: StackOverflowSettings) -> str:
 def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   directory = data_directory(settings)
-  train, heldout, _ = data.load_client_data(directory)
-  vocab = data.load_vocab(directory, settings.vocab_size, settings.word_count_file)
+  train, heldout, _ = database.load_client_data(directory)
+  vocab = vocab_lib.load_vocab(directory, settings.vocab_size, settings.word_count_file)
   vocab_size = len(vocab)
   if settings.in_memory:
-    train_data = data.make_train_client_data_in_memory(
+    train_data = in_memory.make_train_client_data_in_memory(
         directory, vocab, settings.batch_size, settings.max_elements_per_client,
         sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets)
   else:
-    train_data = data.make_train_client_data(
+    train_data = preprocessing.make_train_client_data(
         train, vocab, settings.batch_size, settings.max_elements_per_client,
         sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets)
   eval_fn = functools.partial(
-      data.make_eval_dataset, heldout, vocab, settings.eval_clients,
+      preprocessing.make_eval_dataset, heldout, vocab, settings.eval_clients,
       max_elements_per_client=settings.eval_max_elements_per_client,
       sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets)
-  baseline = data.unigram_baseline_accuracy(eval_fn(), vocab_size, settings.num_oov_buckets)
+  baseline = baselines.unigram_baseline_accuracy(eval_fn(), vocab_size, settings.num_oov_buckets)
   source = "synthetic corpus" if settings.data_dir is None else directory
   return task_lib.Task(
       name=TASK_NAME,

@@ -12,6 +12,8 @@ import tensorflow_federated as tff
 
 from dp_fl.aggregators import dp_ftrl
 from dp_fl.aggregators import noise
+from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import streaming
 from tests.aggregators import reference
 
 VALUE_TYPE = tff.types.to_type(collections.OrderedDict(
@@ -27,15 +29,7 @@ def _factory(preset: str, **kwargs) -> dp_ftrl.DPFTRLFactory:
   kwargs.setdefault("noise_multiplier", 0.0)
   kwargs.setdefault("clients_per_round", 2)
   kwargs.setdefault("seed", 5)
-  if preset == "blt":
-    return dp_ftrl.DPFTRLFactory.blt(noise.BltNoise(reference.BLT_THETA, reference.BLT_OMEGA),
-                                     **kwargs)
-  if preset == "banded":
-    return dp_ftrl.DPFTRLFactory.banded(BANDED_C, **kwargs)
-  if preset == "tree":
-    kwargs.setdefault("rounds", N)
-    return dp_ftrl.DPFTRLFactory.tree(**kwargs)
-  return dp_ftrl.DPFTRLFactory.dpsgd(**kwargs)
+  return dp_ftrl.DPFTRLFactory(reference.noise_spec(preset, N, bands=3), **kwargs)
 
 
 def _dense_c(preset: str, n: int) -> np.ndarray:
@@ -191,12 +185,25 @@ def test_mechanism_built_for_fewer_rounds_is_refused():
   with pytest.raises(ValueError, match="exceeds the 6 rounds"):
     _factory("banded", rounds=N + 1)
   with pytest.raises(ValueError, match="exceeds the 4 rounds"):
-    dp_ftrl.DPFTRLFactory(noise.TreeNoise(4), rounds=5, clip_norm=1.0, noise_multiplier=1.0,
-                          clients_per_round=1)
-  with pytest.raises(ValueError, match="BLT"):
-    dp_ftrl.DPFTRLFactory.blt(BANDED_C, clip_norm=1.0, noise_multiplier=1.0,
-                              clients_per_round=1)
+    dp_ftrl.DPFTRLFactory(streaming.TreeStreamingNoise(4), rounds=5, clip_norm=1.0,
+                          noise_multiplier=1.0, clients_per_round=1)
   assert _factory("banded").rounds == N  # defaults to the mechanism's n
+
+
+def test_accepts_what_from_mechanism_accepts():
+  common = dict(clip_norm=1.0, noise_multiplier=1.0, clients_per_round=1)
+  spec = streaming.BltStreamingNoise(reference.BLT_THETA, reference.BLT_OMEGA)
+  from_spec = dp_ftrl.DPFTRLFactory(spec, **common)
+  assert isinstance(from_spec.noise, noise.BltNoise) and from_spec.noise.spec is spec
+  tf_noise = noise.BltNoise(spec)
+  assert dp_ftrl.DPFTRLFactory(tf_noise, **common).noise is tf_noise
+  # A catalog mechanism: `rounds` sizes the online tree (the registry's call).
+  tree = dp_ftrl.DPFTRLFactory(catalog.TreeMechanism(full=False), rounds=9, **common)
+  assert tree.noise.buffers == 3 and tree.rounds == 9
+  with pytest.raises(ValueError, match="rounds"):
+    dp_ftrl.DPFTRLFactory(catalog.TreeMechanism(full=False), **common)
+  with pytest.raises(ValueError, match="catalog.Mechanism"):
+    dp_ftrl.DPFTRLFactory(BANDED_C, **common)  # A bare matrix: use DPFTRLFactory.banded.
 
 
 def test_running_past_n_fails_in_the_runtime():
@@ -221,6 +228,25 @@ def test_running_past_n_fails_in_the_runtime():
 def test_unsupported_value_type_raises(value_type, match):
   with pytest.raises(ValueError, match=match):
     _factory("tree").create(value_type)
+
+
+def test_named_constructors_build_the_preset_specs():
+  named = {
+      "blt": dp_ftrl.DPFTRLFactory.blt(reference.BLT_THETA, reference.BLT_OMEGA,
+                                       clip_norm=1.0, noise_multiplier=0.0,
+                                       clients_per_round=2),
+      "banded": dp_ftrl.DPFTRLFactory.banded(BANDED_C, clip_norm=1.0, noise_multiplier=0.0,
+                                             clients_per_round=2),
+      "tree": dp_ftrl.DPFTRLFactory.tree(rounds=N, clip_norm=1.0, noise_multiplier=0.0,
+                                         clients_per_round=2),
+      "dpsgd": dp_ftrl.DPFTRLFactory.dpsgd(clip_norm=1.0, noise_multiplier=0.0,
+                                           clients_per_round=2),
+  }
+  for preset, factory in named.items():
+    spec = reference.noise_spec(preset, N, bands=3)
+    assert type(factory.noise.spec) is type(spec)
+    assert factory.noise.buffers == spec.buffers and factory.rounds == spec.max_rounds
+    np.testing.assert_array_equal(factory.noise.spec.materialize(N), spec.materialize(N))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ import tensorflow_federated as tff
 
 from dp_fl.aggregators import dp_fedavg
 from dp_fl.aggregators import dp_ftrl
-from dp_fl.aggregators import noise
 from tests.aggregators import reference
 
 ROUNDS = 4
@@ -44,14 +43,7 @@ def _loss(weights) -> float:
 
 def _aggregator(preset: str):
   common = dict(clip_norm=1.0, noise_multiplier=0.05, clients_per_round=len(CLIENTS), seed=9)
-  if preset == "blt":
-    return dp_ftrl.DPFTRLFactory.blt(
-        noise.BltNoise(reference.BLT_THETA, reference.BLT_OMEGA), **common)
-  if preset == "banded":
-    return dp_ftrl.DPFTRLFactory.banded(reference.banded_dense(ROUNDS, 2), **common)
-  if preset == "tree":
-    return dp_ftrl.DPFTRLFactory.tree(rounds=ROUNDS, **common)
-  return dp_ftrl.DPFTRLFactory.dpsgd(**common)
+  return dp_ftrl.DPFTRLFactory(reference.noise_spec(preset, ROUNDS, bands=2), **common)
 
 
 def _train(process):

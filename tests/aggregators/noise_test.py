@@ -1,13 +1,18 @@
-"""Tests of the TF streaming noise generators against dense C^{-1} Z (paper 004, Eq. 1)."""
+"""The TF streaming noise generators against dense C^{-1} Z (paper 004, Eq. 1) and their specs."""
 
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from dp_fl.aggregators import dp_ftrl
 from dp_fl.aggregators import noise
+from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import streaming
 from tests.aggregators import reference
 
 SHAPE = (3, 2)
@@ -26,9 +31,13 @@ def _stream(generator: noise.StreamingNoise, n: int, seed=(7, 11)):
   return np.array(zs), np.array(out)
 
 
+def _blt_spec(theta=reference.BLT_THETA, omega=reference.BLT_OMEGA):
+  return streaming.BltStreamingNoise(theta, omega)
+
+
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 13])
 def test_blt_matches_dense_inverse(n):
-  z, x = _stream(noise.BltNoise(reference.BLT_THETA, reference.BLT_OMEGA), n)
+  z, x = _stream(noise.BltNoise(_blt_spec()), n)
   c = reference.blt_dense(reference.BLT_THETA, reference.BLT_OMEGA, n)
   np.testing.assert_allclose(x, reference.dense_inverse_noise(c, z), rtol=1e-10, atol=1e-12)
 
@@ -36,22 +45,15 @@ def test_blt_matches_dense_inverse(n):
 @pytest.mark.parametrize("n,bands", [(1, 1), (6, 1), (6, 2), (9, 3), (5, 5)])
 def test_banded_matches_dense_inverse(n, bands):
   c = reference.banded_dense(n, bands)
-  generator = noise.BandedNoise(c)
-  assert generator.bands == bands and generator.buffers == bands - 1
+  generator = noise.BandedNoise(streaming.BandedStreamingNoise(c))
+  assert generator.buffers == bands - 1 and generator.max_rounds == n
   z, x = _stream(generator, n)
   np.testing.assert_allclose(x, reference.dense_inverse_noise(c, z), rtol=1e-10, atol=1e-12)
 
 
-def test_banded_from_band_array_roundtrip():
-  c = reference.banded_dense(7, 3)
-  generator = noise.BandedNoise(c)
-  again = noise.BandedNoise.from_band_array(generator.band)
-  np.testing.assert_array_equal(again.band, generator.band)
-
-
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 11, 16])
 def test_tree_matches_dense_inverse(n):
-  generator = noise.TreeNoise(n)
+  generator = noise.TreeNoise(streaming.TreeStreamingNoise(n))
   assert generator.buffers == int(np.floor(np.log2(n))) <= int(np.ceil(np.log2(n)))
   z, x = _stream(generator, n)
   c = reference.tree_dense(n)
@@ -69,7 +71,7 @@ def test_tree_decoder_is_the_binary_counter(n):
 
 
 def test_identity_is_z():
-  z, x = _stream(noise.IdentityNoise(), 4)
+  z, x = _stream(noise.IdentityNoise(streaming.IdentityStreamingNoise()), 4)
   np.testing.assert_array_equal(x, z)
 
 
@@ -83,103 +85,153 @@ def test_standard_normal_depends_on_seed_and_round_only():
   assert not np.allclose(a[0].numpy(), c[0].numpy())  # Rounds get independent noise.
 
 
-@pytest.mark.parametrize("generator", [noise.BandedNoise(reference.banded_dense(3, 2)),
-                                       noise.TreeNoise(4)])
-def test_refuses_rounds_beyond_n(generator):
+@pytest.mark.parametrize("spec", [
+    streaming.BandedStreamingNoise(reference.banded_dense(3, 2)),
+    streaming.TreeStreamingNoise(4),
+])
+def test_refuses_rounds_beyond_n(spec):
+  generator = noise.from_spec(spec)
   buffer = generator.initial_buffer(SPEC)
   z = tf.zeros(SHAPE, tf.float64)
   with pytest.raises(tf.errors.InvalidArgumentError, match="not defined beyond"):
     generator.step(z, buffer, tf.constant(generator.max_rounds, tf.int64))
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(theta=[1.2], omega=[0.1]), "theta"),
-    (dict(theta=[0.5, 0.4], omega=[0.1]), "same length"),
-    (dict(theta=[np.nan], omega=[0.1]), "theta"),
+# ---------------------------------------------------------------------------
+# The NumPy specs of dp_fl.mechanisms.streaming are the reference: the TF generator built
+# from a spec streams the same rows of C^{-1} Z from the same Z (float64, to rounding).
+
+_REFERENCE_SPECS = {
+    "blt": lambda: _blt_spec(),
+    # Decays within 1e-11 of 1, as optimized BLTs have (paper 004, App. A).
+    "blt_published": lambda: streaming.BltStreamingNoise(blt.PUBLISHED_BLTS[400].theta,
+                                                         blt.PUBLISHED_BLTS[400].omega),
+    "banded": lambda: streaming.BandedStreamingNoise(reference.banded_dense(24, 4)),
+    "banded_one_band": lambda: streaming.BandedStreamingNoise(reference.banded_dense(24, 1)),
+    "banded_from_band_array": lambda: streaming.BandedStreamingNoise.from_band_array(
+        streaming.BandedStreamingNoise(reference.banded_dense(24, 3), bands=5).band),
+    "tree": lambda: streaming.TreeStreamingNoise(24),
+    "tree_power_of_two": lambda: streaming.TreeStreamingNoise(16),
+    "dpsgd": streaming.IdentityStreamingNoise,
+}
+
+
+@pytest.mark.parametrize("family", sorted(_REFERENCE_SPECS))
+def test_tf_generator_equals_its_numpy_spec(family):
+  spec = _REFERENCE_SPECS[family]()
+  generator = noise.from_spec(spec)
+  assert type(generator).spec_type is type(spec) and generator.spec is spec
+  assert (generator.name, generator.buffers, generator.max_rounds) == (
+      spec.name, spec.buffers, spec.max_rounds)
+  n = spec.max_rounds or 24
+  z, x = _stream(generator, n)
+  np.testing.assert_allclose(x, spec.stream(z), rtol=1e-12, atol=1e-12)
+
+
+def _error(make) -> str:
+  with pytest.raises(ValueError) as info:
+    make()
+  return str(info.value)
+
+
+_COMMON = dict(clip_norm=1.0, noise_multiplier=1.0, clients_per_round=1)
+_LOWER = np.array([[1.0, 0.0], [0.5, 1.0]])
+
+
+@pytest.mark.parametrize("numpy_path,tf_path,match", [
+    (lambda: streaming.BltStreamingNoise([0.5, 0.9], [0.1, -0.2]),
+     lambda: dp_ftrl.DPFTRLFactory.blt([0.5, 0.9], [0.1, -0.2], **_COMMON),
+     r"`omega\[1\]` must be a finite number >= 0"),
+    (lambda: streaming.BltStreamingNoise([1.2], [0.1]),
+     lambda: dp_ftrl.DPFTRLFactory.blt([1.2], [0.1], **_COMMON),
+     r"`theta\[0\]` must be in \(0, 1\]"),
+    (lambda: streaming.BltStreamingNoise([0.0], [0.1]),
+     lambda: dp_ftrl.DPFTRLFactory.blt([0.0], [0.1], **_COMMON),
+     r"`theta\[0\]` must be in \(0, 1\]"),
+    (lambda: streaming.BltStreamingNoise([0.5, 0.4], [0.1]),
+     lambda: dp_ftrl.DPFTRLFactory.blt([0.5, 0.4], [0.1], **_COMMON),
+     "same length"),
+    (lambda: streaming.BandedStreamingNoise(_LOWER.T),
+     lambda: dp_ftrl.DPFTRLFactory.banded(_LOWER.T, **_COMMON),
+     "lower-triangular"),
+    (lambda: streaming.BandedStreamingNoise(np.diag([1.0, 0.0])),
+     lambda: dp_ftrl.DPFTRLFactory.banded(np.diag([1.0, 0.0]), **_COMMON),
+     "non-zero diagonal"),
+    (lambda: streaming.TreeStreamingNoise(0),
+     lambda: dp_ftrl.DPFTRLFactory.tree(rounds=0, **_COMMON),
+     "`rounds` must be a positive integer"),
 ])
-def test_blt_bad_input(kwargs, match):
-  with pytest.raises(ValueError, match=match):
-    noise.BltNoise(**kwargs)
+def test_invalid_parameters_raise_the_same_error_through_numpy_and_tf(numpy_path, tf_path,
+                                                                      match):
+  # One validation: the spec's. The TF path only ever builds a spec.
+  message = _error(numpy_path)
+  assert re.search(match, message)
+  assert _error(tf_path) == message
 
 
-def test_banded_bad_input():
-  with pytest.raises(ValueError, match="lower-triangular"):
-    noise.BandedNoise(np.ones((3, 3)))
-  with pytest.raises(ValueError, match="non-zero diagonal"):
-    noise.BandedNoise(np.zeros((3, 3)))
-  with pytest.raises(ValueError, match="bands"):
-    noise.BandedNoise(reference.banded_dense(5, 3), bands=2)
+def test_tf_generators_take_only_their_spec():
+  with pytest.raises(ValueError, match=r"streaming\.BltStreamingNoise.*got tuple"):
+    noise.BltNoise(reference.BLT_THETA)
+  with pytest.raises(ValueError, match=r"streaming\.BandedStreamingNoise.*got ndarray"):
+    noise.BandedNoise(reference.banded_dense(3, 2))
+  with pytest.raises(ValueError, match=r"streaming\.BltStreamingNoise.*IdentityStreamingNoise"):
+    noise.BltNoise(streaming.IdentityStreamingNoise())
+  with pytest.raises(ValueError, match="TreeStreamingNoise\\(rounds=n\\)"):
+    noise.TreeNoise(streaming.TreeStreamingNoise())  # TF needs a fixed state size.
 
 
-class _FakeBlt:
-  theta = reference.BLT_THETA
-  omega = reference.BLT_OMEGA
+def test_from_spec_maps_each_spec_type_to_its_generator():
+  expected = {streaming.BltStreamingNoise: noise.BltNoise,
+              streaming.BandedStreamingNoise: noise.BandedNoise,
+              streaming.TreeStreamingNoise: noise.TreeNoise,
+              streaming.IdentityStreamingNoise: noise.IdentityNoise}
+  for family, make in _REFERENCE_SPECS.items():
+    spec = make()
+    assert type(noise.from_spec(spec)) is expected[type(spec)], family
+
+  class _Unknown(streaming.StreamingNoise):
+    buffers = 0
+
+    def _step(self, z, state_buffers, t):
+      return z, state_buffers
+
+  with pytest.raises(ValueError, match=r"noise specs.*BltStreamingNoise.*got _Unknown"):
+    noise.from_spec(_Unknown())
 
 
-class _FakeBanded:
-  bands = 2
-
-  def dense(self):
-    return reference.banded_dense(4, 2)
-
-
-def test_from_mechanism_adapts_objects_and_names():
-  assert isinstance(noise.from_mechanism(_FakeBlt()), noise.BltNoise)
-  assert noise.from_mechanism(_FakeBanded()).buffers == 1
-  assert isinstance(noise.from_mechanism(reference.banded_dense(4, 2)), noise.BandedNoise)
-  assert noise.from_mechanism("tree", rounds=9).buffers == 3
-  assert noise.from_mechanism("dpsgd").buffers == 0
-  with pytest.raises(ValueError, match="rounds"):
-    noise.from_mechanism("tree")
-  with pytest.raises(ValueError, match="tree_full"):
-    noise.from_mechanism("tree_full")
-  with pytest.raises(ValueError, match="mechanism"):
-    noise.from_mechanism(3.5)
-
-
-def test_from_mechanism_accepts_blt_module_objects():
-  from dp_fl.mechanisms import blt  # pylint: disable=g-import-not-at-top
+def test_from_mechanism_accepts_tf_generators_specs_and_catalog_mechanisms():
+  generator = noise.BltNoise(_blt_spec())
+  assert noise.from_mechanism(generator) is generator
+  spec = _blt_spec()
+  assert noise.from_mechanism(spec).spec is spec
   params = blt.Blt(reference.BLT_THETA, reference.BLT_OMEGA)
-  generator = noise.from_mechanism(params)
-  np.testing.assert_array_equal(generator.theta, reference.BLT_THETA)
-  # The BLT module's own coefficients agree with the reference C used throughout these tests.
-  np.testing.assert_allclose(params.coef(6), reference.blt_dense(params.theta, params.omega, 6)[:, 0],
-                             rtol=1e-12)
-
-
-def test_from_mechanism_accepts_catalog_mechanisms():
-  from dp_fl.mechanisms import blt  # pylint: disable=g-import-not-at-top
-  from dp_fl.mechanisms import catalog  # pylint: disable=g-import-not-at-top
-  params = blt.Blt(reference.BLT_THETA, reference.BLT_OMEGA)
-  generator = noise.from_mechanism(catalog.BltMechanism(params))
-  assert isinstance(generator, noise.BltNoise) and generator.buffers == 2
+  from_catalog = noise.from_mechanism(catalog.BltMechanism(params))
+  assert isinstance(from_catalog, noise.BltNoise) and from_catalog.buffers == 2
+  np.testing.assert_array_equal(from_catalog.spec.theta, reference.BLT_THETA)
+  # The catalog reports the same state size (model copies) as the generator holds.
+  assert catalog.BltMechanism(params).buffers(16) == from_catalog.buffers
   assert isinstance(noise.from_mechanism(catalog.DpSgdMechanism()), noise.IdentityNoise)
-  assert noise.from_mechanism(catalog.TreeMechanism(full=False), rounds=16).buffers == 4
+  tree = noise.from_mechanism(catalog.TreeMechanism(full=False), rounds=16)
+  assert tree.buffers == 4 and tree.max_rounds == 16
+  with pytest.raises(ValueError, match="rounds"):
+    noise.from_mechanism(catalog.TreeMechanism(full=False))
   with pytest.raises(ValueError, match="tree_full"):
     noise.from_mechanism(catalog.TreeMechanism(full=True), rounds=16)
-  # The streaming state size agrees with what the catalog reports (model copies).
-  assert catalog.BltMechanism(params).state_model_copies(16) == generator.buffers
+  # The BLT module's own coefficients agree with the reference C used throughout these tests.
+  np.testing.assert_allclose(params.coef(6),
+                             reference.blt_dense(params.theta, params.omega, 6)[:, 0], rtol=1e-12)
 
 
-@pytest.mark.parametrize("preset", ["blt", "banded", "tree", "dpsgd"])
-def test_agrees_with_mechanisms_streaming_reference(preset):
-  # The NumPy streaming generators of dp_fl.mechanisms (the accounting's view of each
-  # mechanism) and these TF ones must produce the same rows of C^{-1} Z from the same Z.
-  from dp_fl.mechanisms import streaming  # pylint: disable=g-import-not-at-top
-  n = 8
-  c_banded = reference.banded_dense(n, 3)
-  numpy_noise, tf_noise = {
-      "blt": lambda: (streaming.BltStreamingNoise(reference.BLT_THETA, reference.BLT_OMEGA),
-                      noise.BltNoise(reference.BLT_THETA, reference.BLT_OMEGA)),
-      "banded": lambda: (streaming.BandedStreamingNoise(c_banded), noise.BandedNoise(c_banded)),
-      "tree": lambda: (streaming.TreeStreamingNoise(), noise.TreeNoise(n)),
-      "dpsgd": lambda: (streaming.IdentityStreamingNoise(), noise.IdentityNoise()),
-  }[preset]()
-  z, x = _stream(tf_noise, n)
-  state = numpy_noise.init(SHAPE)
-  for t in range(n):
-    expected, state = numpy_noise.next(z[t], state)
-    np.testing.assert_allclose(x[t], expected, rtol=1e-10, atol=1e-12, err_msg=f"round {t}")
+@pytest.mark.parametrize("other", [
+    blt.Blt(reference.BLT_THETA, reference.BLT_OMEGA),  # Use catalog.BltMechanism(...).
+    reference.banded_dense(4, 2),  # Use streaming.BandedStreamingNoise(c).
+    "tree",  # No dispatch on names: use catalog.TreeMechanism or a spec.
+    3.5,
+])
+def test_from_mechanism_refuses_anything_else_and_lists_what_it_accepts(other):
+  with pytest.raises(ValueError, match=(r"catalog\.Mechanism.*streaming\.StreamingNoise spec"
+                                        r".*noise\.StreamingNoise")):
+    noise.from_mechanism(other)
 
 
 if __name__ == "__main__":

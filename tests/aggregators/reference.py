@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dp_fl.mechanisms import streaming
+
 # A 2-buffer BLT with c_1 = sum(omega) < 1 (non-increasing coefficients, Thm 3.1 applies).
 BLT_THETA = (0.95, 0.6)
 BLT_OMEGA = (0.3, 0.2)
@@ -45,3 +47,19 @@ def tree_dense(n: int) -> np.ndarray:
 def dense_inverse_noise(c: np.ndarray, z: np.ndarray) -> np.ndarray:
   """C^{-1} Z by a dense solve (z has one row per round)."""
   return np.linalg.solve(c, z.reshape(z.shape[0], -1)).reshape(z.shape)
+
+
+PRESETS = ("blt", "banded", "tree", "dpsgd")
+
+
+def noise_spec(preset: str, rounds: int, bands: int = 2) -> streaming.StreamingNoise:
+  """The typed noise spec of a test preset (paper 004, Table 1), for `rounds` rounds."""
+  specs = {
+      "blt": lambda: streaming.BltStreamingNoise(BLT_THETA, BLT_OMEGA),
+      "banded": lambda: streaming.BandedStreamingNoise(banded_dense(rounds, bands)),
+      "tree": lambda: streaming.TreeStreamingNoise(rounds),
+      "dpsgd": streaming.IdentityStreamingNoise,
+  }
+  if preset not in specs:
+    raise ValueError(f"`preset` must be one of {PRESETS}; got {preset!r}.")
+  return specs[preset]()

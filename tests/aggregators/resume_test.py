@@ -17,7 +17,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl.aggregators import dp_ftrl
-from dp_fl.aggregators import noise
 from tests.aggregators import reference
 
 VALUE_TYPE = tff.TensorType(np.float32, [5])
@@ -29,14 +28,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 def build(preset: str) -> dp_ftrl.DPFTRLFactory:
   common = dict(clip_norm=0.7, noise_multiplier=1.3, clients_per_round=2, seed=2024)
-  if preset == "blt":
-    return dp_ftrl.DPFTRLFactory.blt(noise.BltNoise(reference.BLT_THETA, reference.BLT_OMEGA),
-                                     **common)
-  if preset == "banded":
-    return dp_ftrl.DPFTRLFactory.banded(reference.banded_dense(TOTAL_ROUNDS, 3), **common)
-  if preset == "tree":
-    return dp_ftrl.DPFTRLFactory.tree(rounds=TOTAL_ROUNDS, **common)
-  return dp_ftrl.DPFTRLFactory.dpsgd(**common)
+  return dp_ftrl.DPFTRLFactory(reference.noise_spec(preset, TOTAL_ROUNDS, bands=3), **common)
 
 
 def run(process, state, rounds):

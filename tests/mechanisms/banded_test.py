@@ -156,7 +156,7 @@ def test_sensitivity_matches_enumeration(n, bands, extra_sep, k, seed):
   band = random_band(n, bands, seed, positive=True)
   mech = banded.BandedMF(band)
   expected = brute_force_sensitivity(dense_from_band(band), min_sep, k)
-  assert mech.sensitivity(min_sep, k) == pytest.approx(expected, rel=1e-12)
+  assert mech.sensitivity(n, min_sep, k) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("n, width", [(300, 5), (300, 120), (451, 150)])
@@ -171,10 +171,14 @@ def test_block_inverse_of_banded_lower_matrix(n, width):
 
 
 def test_sensitivity_of_a_column_normalized_c_is_sqrt_k():
-  mech = banded.optimize_banded(30, 4, 4, 3)
-  assert mech.sensitivity(4, 3) == pytest.approx(math.sqrt(3), rel=1e-12)
-  assert mech.sensitivity(10, 100) == pytest.approx(math.sqrt(3), rel=1e-12)
-  ev = mech.evaluate(5, 2)
+  mech = banded.optimize_banded(30, 4, 3, bands=4)
+  assert mech.sensitivity(30, 4, 3) == pytest.approx(math.sqrt(3), rel=1e-12)
+  assert mech.sensitivity(30, 10, 100) == pytest.approx(math.sqrt(3), rel=1e-12)
+  assert mech.sensitivity(None, 4, 3) == mech.sensitivity(30, 4, 3)  # None: its own n.
+  assert mech.sensitivity(30, 4, None) == pytest.approx(math.sqrt(8), rel=1e-12)  # ceil(30/4).
+  ev = mech.evaluate(30, 5, 2)
+  assert ev.message is None
+  assert "feasible maximum" in mech.evaluate(30, 10, 100).message
   assert ev.rms_loss == pytest.approx(math.sqrt(2) * mech.rms_error(), rel=1e-12)
   assert ev.max_loss == pytest.approx(math.sqrt(2) * mech.max_error(), rel=1e-12)
 
@@ -182,7 +186,7 @@ def test_sensitivity_of_a_column_normalized_c_is_sqrt_k():
 def test_sensitivity_refuses_min_sep_below_bands():
   mech = banded.BandedMF(random_band(10, 4, 0))
   with pytest.raises(ValueError, match=r"`min_sep` must be >= bands=4.*general"):
-    mech.sensitivity(3, 2)
+    mech.sensitivity(10, 3, 2)
 
 
 # ---------------------------------------------------------------------------
@@ -247,7 +251,7 @@ def _reference_optimum(n: int, bands: int) -> float:
 
 @pytest.mark.parametrize("n, bands", [(8, 3), (16, 4), (24, 24), (40, 6)])
 def test_optimizer_is_banded_normalized_and_optimal(n, bands):
-  mech = banded.optimize_banded(n, bands, bands, 2)
+  mech = banded.optimize_banded(n, bands, 2, bands=bands)
   c = mech.dense()
   offsets = np.subtract.outer(np.arange(n), np.arange(n))
   assert np.all(c[(offsets < 0) | (offsets >= bands)] == 0)
@@ -266,8 +270,8 @@ def test_optimizer_is_banded_normalized_and_optimal(n, bands):
 @pytest.mark.parametrize("n, bands", [(12, 3), (50, 8), (200, 16)])
 def test_optimizer_beats_identity_and_truncated_sqrt_a(n, bands):
   k = 3
-  mech = banded.optimize_banded(n, bands, bands, k)
-  ours = mech.rms_loss(bands, k)
+  mech = banded.optimize_banded(n, bands, k, bands=bands)
+  ours = mech.rms_loss(n, bands, k)
   identity = math.sqrt(k) * math.sqrt(np.mean(np.arange(1, n + 1)))  # DP-SGD.
   truncated = dense_rms_loss(sqrt_a_band(n, bands), k)
   assert ours < truncated < identity
@@ -278,7 +282,7 @@ def test_optimizer_beats_identity_and_truncated_sqrt_a(n, bands):
 @hypothesis.given(sizes(max_n=20))
 def test_optimizer_property_small_sizes(size):
   n, bands = size
-  mech = banded.optimize_banded(n, bands, bands, 1)
+  mech = banded.optimize_banded(n, bands, 1, bands=bands)
   c = mech.dense()
   offsets = np.subtract.outer(np.arange(n), np.arange(n))
   assert np.all(c[offsets >= bands] == 0)
@@ -290,37 +294,37 @@ def test_optimizer_property_small_sizes(size):
 
 def test_coarse_to_fine_path_reaches_the_plain_optimum():
   n, bands = 200, 16  # n >= 192: one coarse level (100, 8).
-  mech = banded.optimize_banded(n, bands, bands, 1, max_iterations=200)
+  mech = banded.optimize_banded(n, bands, 1, bands=bands, max_iterations=200)
   total = float(np.sum(mech.per_query_squared_error()))
   assert total == pytest.approx(_reference_optimum(n, bands), rel=1e-7)
 
 
 def test_optimizer_is_deterministic_and_independent_of_k_and_min_sep():
-  a = banded.optimize_banded(30, 5, 5, 1)
-  b = banded.optimize_banded(30, 5, 7, 4)
-  c = banded.optimize_banded(30, 5, 2, 3)  # min_sep < bands: still optimized.
+  a = banded.optimize_banded(30, 5, 1, bands=5)
+  b = banded.optimize_banded(30, 7, 4, bands=5)
+  c = banded.optimize_banded(30, 2, 3, bands=5)  # min_sep < bands: still optimized.
   np.testing.assert_array_equal(a.band, b.band)
   np.testing.assert_array_equal(a.band, c.band)
   assert c.setting == banded.BandedSetting(30, 5, 2, 3)
 
 
 def test_optimizer_reduces_infeasible_participations():
-  mech = banded.optimize_banded(10, 2, 4, 10)
+  mech = banded.optimize_banded(10, 4, 10, bands=2)
   assert mech.setting.max_participations == 3  # ceil(10 / 4).
 
 
 def test_optimizer_starts_from_initial():
-  first = banded.optimize_banded(20, 4, 4, 1, max_iterations=1)
-  again = banded.optimize_banded(20, 4, 4, 1, initial=first)
-  best = banded.optimize_banded(20, 4, 4, 1)
+  first = banded.optimize_banded(20, 4, 1, bands=4, max_iterations=1)
+  again = banded.optimize_banded(20, 4, 1, bands=4, initial=first)
+  best = banded.optimize_banded(20, 4, 1, bands=4)
   assert again.rms_error() <= first.rms_error() + 1e-12
   assert again.rms_error() == pytest.approx(best.rms_error(), rel=1e-9)
   with pytest.raises(ValueError, match="`initial` must have n=21 and bands=4"):
-    banded.optimize_banded(21, 4, 4, 1, initial=first)
+    banded.optimize_banded(21, 4, 1, bands=4, initial=first)
 
 
 def test_bands_one_is_the_identity():
-  mech = banded.optimize_banded(6, 1, 1, 6)
+  mech = banded.optimize_banded(6, 1, 6, bands=1)
   np.testing.assert_array_equal(mech.dense(), np.eye(6))
 
 
@@ -329,7 +333,7 @@ def test_bands_one_is_the_identity():
 
 
 def test_json_round_trip_is_exact_and_keeps_setting():
-  mech = banded.optimize_banded(15, 4, 5, 2)
+  mech = banded.optimize_banded(15, 5, 2, bands=4)
   data = mech.to_dict()
   assert data["mechanism"] == "bandmf" and data["version"] == 1
   assert data["setting"] == {"n": 15, "bands": 4, "min_sep": 5,
@@ -371,8 +375,8 @@ def test_use_beyond_n_is_refused():
   mech = banded.BandedMF(random_band(6, 2, 0))
   for call in (lambda: mech.per_query_squared_error(7),
                lambda: mech.max_error(7), lambda: mech.rms_error(7),
-               lambda: mech.sensitivity(2, 1, n=7),
-               lambda: mech.evaluate(2, 1, n=7),
+               lambda: mech.sensitivity(7, 2, 1),
+               lambda: mech.evaluate(7, 2, 1),
                lambda: mech.inverse_apply(np.ones(7))):
     with pytest.raises(ValueError, match="not defined beyond the n=6 rounds"):
       call()
@@ -382,17 +386,28 @@ def test_use_beyond_n_is_refused():
 # Input validation.
 
 
-@pytest.mark.parametrize("args, match", [
-    ((0, 1, 1, 1), r"`n` must be a positive integer.*got 0"),
-    ((5, 0, 1, 1), r"`bands` must be a positive integer.*got 0"),
-    ((5, 6, 6, 1), r"`bands` must be <= n=5.*got 6"),
-    ((5, 2, 0, 1), r"`min_sep` must be a positive integer.*got 0"),
-    ((5, 2, 2, 0), r"`max_participations` must be a positive integer"),
-    ((5.0, 2, 2, 1), r"`n` must be a positive integer.*got 5.0"),
+@pytest.mark.parametrize("args, bands, match", [
+    ((0, 1, 1), 1, r"`n` must be a positive integer.*got 0"),
+    ((5, 1, 1), 0, r"`bands` must be a positive integer.*got 0"),
+    ((5, 6, 1), 6, r"`bands` must be <= n=5.*got 6"),
+    ((5, 0, 1), 2, r"`min_sep` must be a positive integer.*got 0"),
+    ((5, 2, 0), 2, r"`max_participations` must be a positive integer"),
+    ((5.0, 2, 1), 2, r"`n` must be a positive integer.*got 5.0"),
 ])
-def test_optimizer_validation(args, match):
+def test_optimizer_validation(args, bands, match):
   with pytest.raises(ValueError, match=match):
-    banded.optimize_banded(*args)
+    banded.optimize_banded(*args, bands=bands)
+
+
+def test_calls_in_the_former_argument_order_fail_loudly():
+  # Formerly optimize_banded(n, bands, min_sep, k) and sensitivity(min_sep, k, n=None): the
+  # ints would swap silently, so `bands` is keyword-only and `n` is required first.
+  with pytest.raises(TypeError):
+    banded.optimize_banded(20, 4, 4, 1)  # pylint: disable=too-many-function-args
+  mech = banded.BandedMF(random_band(10, 4, 0))
+  for method in (mech.sensitivity, mech.evaluate, mech.max_loss, mech.rms_loss):
+    with pytest.raises(TypeError):
+      method(4, 2)  # pylint: disable=no-value-for-parameter
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -402,7 +417,7 @@ def test_optimizer_validation(args, match):
 ])
 def test_optimizer_keyword_validation(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    banded.optimize_banded(5, 2, 2, 1, **kwargs)
+    banded.optimize_banded(5, 2, 1, bands=2, **kwargs)
 
 
 @pytest.mark.parametrize("band, match", [

@@ -84,12 +84,12 @@ def test_evaluation_matches_dense_brute_force(built_small, name):
   assert ev.rms_loss == pytest.approx(ev.sensitivity * ev.rms_error)
 
 
-def test_state_model_copies(built_small):
-  assert built_small["blt"].state_model_copies(24) == 2
-  assert built_small["bandmf"].state_model_copies(24) == 3
-  assert built_small["tree"].state_model_copies(24) == 4  # floor(log2 24)
-  assert built_small["tree_full"].state_model_copies(24) is None
-  assert built_small["dpsgd"].state_model_copies(24) == 0
+def test_buffers(built_small):
+  assert built_small["blt"].buffers(24) == 2
+  assert built_small["bandmf"].buffers(24) == 3
+  assert built_small["tree"].buffers(24) == 4  # floor(log2 24)
+  assert built_small["tree_full"].buffers(24) is None
+  assert built_small["dpsgd"].buffers(24) == 0
 
 
 @pytest.mark.parametrize("name", catalog.MECHANISMS)

@@ -91,14 +91,28 @@ def test_participation_patterns_enumerates_exactly_the_schema(n):
 def test_maximal_pattern_count(n):
   for b in range(1, n + 2):
     for k in range(1, n + 2):
-      k_eff = sensitivity.feasible_participations(n, b, k)
+      k_eff, _ = sensitivity.feasible_participations(n, b, k)
       assert sensitivity._count_maximal_patterns(n, b, k_eff) == brute_maximal_count(n, b, k)
 
 
 def test_feasible_participations():
-  assert sensitivity.feasible_participations(10, 3, 100) == 4  # ceil(10 / 3).
-  assert sensitivity.feasible_participations(10, 3, 2) == 2
-  assert sensitivity.feasible_participations(5, 7, 3) == 1
+  k, note = sensitivity.feasible_participations(10, 3, 100)
+  assert k == 4  # ceil(10 / 3).
+  assert "`max_participations`=100" in note and "ceil(n / min_sep)=4" in note
+  assert sensitivity.feasible_participations(10, 3, 2) == (2, None)
+  assert sensitivity.feasible_participations(10, 3, 4) == (4, None)
+  assert sensitivity.feasible_participations(5, 7, 3)[0] == 1
+  assert sensitivity.feasible_participations(10, 3) == (4, None)  # None: as many as fit.
+  assert sensitivity.feasible_participations(10, 3, None) == (4, None)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((0, 1, 1), "`n`"), ((5, 0, 1), "`min_sep`"), ((5, 1, 0), "`max_participations`"),
+    ((5, 1, 2.0), "`max_participations`"),
+])
+def test_feasible_participations_validation(args, match):
+  with pytest.raises(ValueError, match=match):
+    sensitivity.feasible_participations(*args)
 
 
 # ---------------------------------------------------------------------------

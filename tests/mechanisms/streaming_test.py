@@ -57,7 +57,7 @@ def test_blt_stream_equals_dense_inverse_times_z(n, d, seed):
   z = rng.standard_normal((n, 3, 2))
   expected = np.einsum("ts,sij->tij", np.linalg.inv(blt_dense(theta, omega, n)), z)
   np.testing.assert_allclose(noise.stream(z), expected, rtol=1e-12, atol=1e-12)
-  assert noise.state_model_copies == d
+  assert noise.buffers == d
 
 
 def test_blt_stream_with_decays_next_to_one_matches_blt_module():
@@ -78,9 +78,23 @@ def test_banded_stream_equals_dense(n, bands, seed):
   bands = min(bands, n)
   c = random_banded(rng, n, bands)
   noise = streaming.BandedStreamingNoise(c)
-  assert noise.state_model_copies == bands - 1
+  assert noise.buffers == bands - 1
   z = rng.standard_normal((n, 4))
   np.testing.assert_allclose(noise.stream(z), np.linalg.solve(c, z), rtol=1e-10, atol=1e-12)
+
+
+def test_banded_constructors_agree():
+  # (c_matrix, bands=None), extra (zero) bands, and from_band_array give one recurrence.
+  c = random_banded(np.random.default_rng(3), 9, 3)
+  noise = streaming.BandedStreamingNoise(c)
+  assert noise.bands == 3 and noise.max_rounds == 9
+  wider = streaming.BandedStreamingNoise(c, bands=5)
+  assert wider.bands == 5 and wider.buffers == 4
+  again = streaming.BandedStreamingNoise.from_band_array(noise.band)
+  np.testing.assert_array_equal(again.band, noise.band)
+  z = np.random.default_rng(4).standard_normal((9, 2))
+  np.testing.assert_array_equal(again.stream(z), noise.stream(z))
+  np.testing.assert_allclose(wider.stream(z), noise.stream(z), rtol=1e-14, atol=1e-14)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 9, 16, 33, 64])
@@ -91,7 +105,7 @@ def test_tree_stream_equals_dense_online_tree(n):
   unbounded = streaming.TreeStreamingNoise()
   np.testing.assert_allclose(bounded.materialize(n) @ c, np.eye(n), atol=1e-12)
   np.testing.assert_array_equal(bounded.materialize(n), unbounded.materialize(n))
-  assert bounded.state_model_copies == int(np.floor(np.log2(n)))
+  assert bounded.buffers == int(np.floor(np.log2(n)))
   # B = A C⁻¹ is the binary counter: popcount(t + 1) nodes per prefix.
   b = np.tril(np.ones((n, n))) @ bounded.materialize(n)
   np.testing.assert_allclose(np.sum(b * b, axis=1), [bin(t + 1).count("1") for t in range(n)])
@@ -101,7 +115,7 @@ def test_identity_stream_is_z():
   z = np.random.default_rng(0).standard_normal((5, 3))
   noise = streaming.IdentityStreamingNoise()
   np.testing.assert_array_equal(noise.stream(z), z)
-  assert noise.state_model_copies == 0
+  assert noise.buffers == 0
 
 
 @pytest.mark.parametrize("make", [
@@ -156,15 +170,26 @@ def test_blt_bad_parameters(args, match):
 
 
 def test_banded_bad_matrices_and_shapes():
-  with pytest.raises(ValueError, match="lower-triangular"):
+  with pytest.raises(ValueError, match=r"lower-triangular.*c_matrix\[0, 1\]=1.0"):
     streaming.BandedStreamingNoise(np.ones((3, 3)))
-  with pytest.raises(ValueError, match="non-zero diagonal"):
+  with pytest.raises(ValueError, match=r"non-zero diagonal.*c_matrix\[1, 1\]=0.0"):
     streaming.BandedStreamingNoise(np.diag([1.0, 0.0]))
+  with pytest.raises(ValueError, match="square"):
+    streaming.BandedStreamingNoise(np.ones((2, 3)))
+  with pytest.raises(ValueError, match="needs bands >= 3; got bands=2"):
+    streaming.BandedStreamingNoise(np.tril(np.ones((4, 4))) - np.tril(np.ones((4, 4)), -3),
+                                   bands=2)
+  with pytest.raises(ValueError, match="`bands` must be <= n=2"):
+    streaming.BandedStreamingNoise(np.eye(2), bands=3)
+  with pytest.raises(ValueError, match=r"`band\[t, j\]` must be 0 for t < j"):
+    streaming.BandedStreamingNoise.from_band_array([[1.0, 0.5], [1.0, 0.2]])
+  with pytest.raises(ValueError, match=r"`band\[:, 0\]`.*non-zero.*band\[1, 0\]=0.0"):
+    streaming.BandedStreamingNoise.from_band_array([[1.0, 0.0], [0.0, 0.2]])
   noise = streaming.IdentityStreamingNoise()
   with pytest.raises(ValueError, match="shape"):
     noise.next(np.zeros(3), noise.init((2,)))
   with pytest.raises(ValueError, match="rounds"):
-    _ = streaming.TreeStreamingNoise().state_model_copies
+    _ = streaming.TreeStreamingNoise().buffers
 
 
 if __name__ == "__main__":

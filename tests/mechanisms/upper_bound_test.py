@@ -50,7 +50,7 @@ def brute_signed(c: np.ndarray, b: int, k: int) -> float:
 def brute_bound_formula(c: np.ndarray, b: int, k: int) -> float:
   """sqrt(max_pi sum_{i in pi} max_{pi' containing i} sum_{j in pi'} |G_ij|)."""
   n = c.shape[1]
-  k = sensitivity.feasible_participations(n, b, k)
+  k, _ = sensitivity.feasible_participations(n, b, k)
   g = np.abs(c.T @ c)
   pats = brute_patterns(n, b, k)
   w = [max(g[i, list(p)].sum() for p in pats if i in p) for i in range(n)]
@@ -83,7 +83,7 @@ def test_upper_bound_dominates_brute_force(nbk, extra_rows, seed, kind):
   assert upper >= brute_signed(c, b, k) * (1 - 1e-12)
   assert upper >= sensitivity.lower_bound_sensitivity(c, b, k) * (1 - 1e-12)
   # Cauchy-Schwarz, |G_ij| <= ||C_i|| ||C_j||: never above k max ||C_i||.
-  k_eff = sensitivity.feasible_participations(n, b, k)
+  k_eff, _ = sensitivity.feasible_participations(n, b, k)
   assert upper <= k_eff * np.max(np.linalg.norm(c, axis=0)) * (1 + 1e-12)
   if kind == "nonnegative":
     assert upper >= sensitivity.exact_sensitivity(c, b, k) * (1 - 1e-12)
@@ -104,7 +104,7 @@ def test_upper_bound_dominates_every_direction():
 
 def test_upper_bound_is_exact_where_the_truth_is_known():
   for n, b, k in [(1, 1, 1), (7, 1, 7), (10, 3, 4), (10, 3, 2), (12, 5, 9)]:
-    k_eff = sensitivity.feasible_participations(n, b, k)
+    k_eff, _ = sensitivity.feasible_participations(n, b, k)
     # C = I: sqrt(k).
     assert sensitivity.upper_bound_sensitivity(np.eye(n), b, k) == pytest.approx(
         math.sqrt(k_eff), rel=1e-14)

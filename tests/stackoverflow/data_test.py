@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tasks.stackoverflow import data
+from tasks.stackoverflow import vocab as vocab_lib
 
 # A tiny corpus with known sentences (split -> client -> sentences).
 _BOB = " ".join((["the", "code", "is", "a", "bug", "."] * 5)[:25])  # 25 words: cut to 20.
@@ -234,7 +235,7 @@ def test_vocab_counted_from_train_and_cached(tmp_path, monkeypatch):
 
   def fail(_):
     raise AssertionError("counted again")
-  monkeypatch.setattr(data, "count_train_words", fail)
+  monkeypatch.setattr(vocab_lib, "count_train_words", fail)
   assert data.load_vocab(directory, vocab_size=10_000) == [
       "the", ".", "a", "bug", "code", "is", "zebra"]  # From the cache; heldout/test absent.
   database = tmp_path / data.DATABASE_FILENAME

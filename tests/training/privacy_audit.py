@@ -26,6 +26,7 @@ from dp_fl.mechanisms import tree
 from dp_fl.participation import checkpoint as participation_checkpoint
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import program
+from dp_fl.training import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +56,8 @@ def _noise_state(aggregator_state: Any) -> dict[str, Any]:
 
 def dense_c(mechanism: catalog.Mechanism, n: int) -> np.ndarray:
   """C restricted to the first n rows of the run (columns = rounds)."""
-  if mechanism.name == "tree":
+  if isinstance(mechanism, catalog.TreeMechanism):
     return tree.binary_tree_matrix(n)
-  if mechanism.name == "dpsgd":
-    return np.eye(n)
   lower = mechanism.lower_triangular_input(n)
   if "matrix" in lower:
     return np.asarray(lower["matrix"], dtype=np.float64)
@@ -109,7 +108,7 @@ def audit_run(task, config) -> Audit:
 
   with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
     reported = json.load(f)
-  if config.mechanism == "dpfedavg":
+  if isinstance(registry.mechanism(config.mechanism), registry.DpFedAvgEntry):
     true_sens = None
     q = config.population_sampling_rate
     true_eps = dpfedavg.dpfedavg_epsilon(num_clients, q * num_clients,
@@ -129,12 +128,12 @@ def audit_run(task, config) -> Audit:
                true_epsilon=true_eps, reported=reported, noise_seed=np.asarray(noise["seed"]))
 
 
-def check_claim(audit: Audit, mechanism: str) -> None:
+def check_claim(audit: Audit) -> None:
   """Asserts the report describes the rows used and never understates ε."""
   assert audit.rows == audit.aggregator_rows, (
       f"the ledger has {audit.rows} rows but the aggregator used {audit.aggregator_rows}")
   reported = audit.reported
-  if mechanism == "dpfedavg":
+  if audit.true_sensitivity is None:  # DP-FedAvg: the sampled Gaussian over T rounds.
     assert reported["rounds"] == audit.aggregator_rows
   else:
     participation = reported["participation"]

@@ -67,7 +67,7 @@ def _train_and_audit(root, mechanism, participation, poisoned=(), **overrides):
   task = _task(poisoned)
   result = program.run(task, config, progress_stream=_QUIET)
   audit = privacy_audit.audit_run(task, config)
-  privacy_audit.check_claim(audit, mechanism)
+  privacy_audit.check_claim(audit)
   return result, audit
 
 

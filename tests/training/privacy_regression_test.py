@@ -47,7 +47,7 @@ def test_discarded_rounds_use_no_row_of_c(tmp_path, mechanism, poisoned):
   result = program.run(task, config, progress_stream=_QUIET)
   assert result.stopped == "completed" and result.rounds_completed == 12
   audit = privacy_audit.audit_run(task, config)
-  privacy_audit.check_claim(audit, mechanism)
+  privacy_audit.check_claim(audit)
   assert audit.rows == audit.aggregator_rows == 12
   assert not any(int(c.split("_")[1]) in audit.patterns for c in poisoned)
   with open(os.path.join(tmp_path, "summary.json"), encoding="utf-8") as f:

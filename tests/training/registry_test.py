@@ -103,7 +103,7 @@ def test_dp_ftrl_entries_build_save_and_reload_their_mechanism(tmp_path):
   again = entry.load_or_build(config)  # From mechanism.json now.
   assert again.to_dict() == built.to_dict()
   other = _config(tmp_path, mechanism="dpsgd", participation="min_sep_rounds")
-  with pytest.raises(ValueError, match="hold a 'blt' mechanism, but --mechanism=dpsgd"):
+  with pytest.raises(ValueError, match="holds a 'blt' mechanism, but --mechanism=dpsgd"):
     registry.mechanism("dpsgd").load_or_build(other)
 
 

@@ -1,0 +1,183 @@
+"""The round loop as program logic: collaborators and policies passed in, no TFF in here.
+
+`program.run` builds the parts (learning process, participation, accountant, checkpoints,
+outputs) and hands them to `TrainingLoop`, which only sequences them (paper 004, Alg. 1;
+paper 001, Alg. 1), as TFF's `learning/programs/training_program_logic.py` sequences its
+injected managers. One round:
+
+1. `RoundLimit` / ε budget (`EpsilonBudget`, asked with ε *as if* the selected round were
+   applied) may stop the run before it starts; a withdrawn selection leaves no trace.
+2. The learner runs the round on the selected clients' data.
+3. `NonfinitePolicy` judges the result: apply, discard (no row of C, nothing in the
+   ledger, the next draw is fresh) or stop (not applied; the last checkpoint is intact).
+4. Applied: the learner's state and the ledger advance, `WeightProjection` runs, metrics
+   are written; `Cadence` decides checkpoint (always before an evaluation is published)
+   and evaluation (with the privacy report of the participation realized so far).
+5. `StopSignal` ends the run after the round on SIGTERM/SIGINT.
+
+The collaborators are duck-typed (`tests/training/loop_test.py` drives the loop with fakes):
+
+    learner        next(datasets) -> (result, flat_metrics); commit(result);
+                   model_weights(); set_model_weights(weights)
+    participation  select_round() -> pending (.selection, .client_ids, .datasets);
+                   commit/discard/withdraw(pending); .scheduler (realized(),
+                   realized_if(selection), discarded_rounds)
+    accountant     epsilon(realized); report(realized) (None when non-private);
+                   report_accountant, progress_accountant (names shown in progress lines)
+    outputs        train / evaluation / privacy (round, values); progress(line)
+    meter          line(round, epsilon, extra="", accountant="") -> str
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from dp_fl.training import policies as policies_lib
+
+
+@dataclasses.dataclass
+class Policies:
+  """The loop's decisions (dp_fl.training.policies), one object each."""
+  cadence: policies_lib.Cadence
+  budget: policies_lib.EpsilonBudget
+  nonfinite: policies_lib.NonfinitePolicy
+  projection: policies_lib.WeightProjection
+  limit: policies_lib.RoundLimit
+  signal: policies_lib.StopSignal
+  clock: policies_lib.ProgressClock
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """How the loop ended: rounds applied, why it stopped, the last evaluation and report."""
+  rounds_done: int
+  stopped: str
+  message: str
+  eval_metrics: dict[str, float]
+  report: Optional[Any]
+
+
+class TrainingLoop:
+  """Runs rounds `rounds_done + 1 .. rounds` (see the module docstring)."""
+
+  def __init__(self, *, rounds: int, rounds_done: int, learner: Any, participation: Any,
+               accountant: Any, save_checkpoint: Callable[[int], Any],
+               evaluate: Callable[[], dict[str, float]], outputs: Any, meter: Any,
+               policies: Policies,
+               learning_rate_at: Callable[[int], float] = lambda r: float("nan")):
+    """Args:
+      rounds: the run's total rounds.
+      rounds_done: rounds already applied (a resumed run's checkpoint round).
+      learner, participation, accountant, outputs, meter: see the module docstring.
+      save_checkpoint: writes a checkpoint after the given number of applied rounds.
+      evaluate: metrics of the current global model on held-out data.
+      policies: the loop's decisions.
+      learning_rate_at: the server learning rate of a 0-based round (written as a metric).
+    """
+    self.rounds = rounds
+    self.rounds_done = rounds_done
+    self.learner = learner
+    self.participation = participation
+    self.accountant = accountant
+    self._save_checkpoint = save_checkpoint
+    self._evaluate = evaluate
+    self.outputs = outputs
+    self.meter = meter
+    self.policies = policies
+    self.learning_rate_at = learning_rate_at
+    self.eval_metrics: dict[str, float] = {}
+    self.evaluated_round: Optional[int] = None
+    self.last_checkpoint = rounds_done
+    self.discards_at_checkpoint = self.discarded()
+
+  def discarded(self) -> int:
+    return self.participation.scheduler.discarded_rounds
+
+  def run(self) -> Outcome:
+    """Rounds until the end or a stop; then the final checkpoint, report and evaluation."""
+    stop = None
+    with self.policies.signal:
+      while self.rounds_done < self.rounds and stop is None:
+        stop = self.policies.limit.check(self.rounds_done) or self.round()
+    if self.last_checkpoint != self.rounds_done or (
+        self.discarded() != self.discards_at_checkpoint):
+      self.checkpoint()  # Rounds, or discards (they move the scheduler on), since the last.
+    report = self.refresh_privacy() if self.rounds_done else None
+    if self.rounds_done and self.evaluated_round != self.rounds_done:
+      self.evaluate()
+    stop = stop or policies_lib.Stop(policies_lib.COMPLETED, "")
+    return Outcome(self.rounds_done, stop.reason, stop.message, self.eval_metrics, report)
+
+  def round(self) -> Optional[policies_lib.Stop]:
+    """One round (steps 1-5 of the module docstring); a `Stop` ends the run."""
+    pending = self.participation.select_round()
+    next_round = self.rounds_done + 1
+    if self.policies.budget.active:
+      stop = self.policies.budget.check(next_round, self.accountant.epsilon(
+          self.participation.scheduler.realized_if(pending.selection)))
+      if stop is not None:
+        self.participation.withdraw(pending)
+        return stop
+    result, metrics = self.learner.next(pending.datasets)
+    verdict, message = self.policies.nonfinite.judge(next_round, metrics,
+                                                     len(pending.client_ids))
+    if verdict is policies_lib.Verdict.STOP:
+      self.participation.withdraw(pending)
+      return policies_lib.Stop(policies_lib.NONFINITE, message)
+    if verdict is policies_lib.Verdict.DISCARD:
+      # Not applied: the aggregator state (the row of C) does not advance, and the ledger
+      # records nothing; the next selection is a fresh draw for the same row.
+      self.participation.discard(pending)
+      self.outputs.progress(message)
+      return self.policies.nonfinite.give_up()
+    self.apply(result, pending, metrics)
+    return self.policies.signal.check(self.rounds_done)
+
+  def apply(self, result: Any, pending: Any, metrics: dict[str, Any]) -> None:
+    """Commits a good round, projects the weights, writes metrics, checkpoints, evaluates."""
+    self.learner.commit(result)
+    self.participation.commit(pending)
+    if self.policies.projection.active:
+      self.learner.set_model_weights(
+          self.policies.projection.apply(self.learner.model_weights()))
+    self.rounds_done += 1
+    metrics.update(clients=len(pending.client_ids), shortfall=pending.selection.shortfall,
+                   discarded_rounds=self.discarded(),
+                   server_learning_rate=self.learning_rate_at(self.rounds_done - 1))
+    self.outputs.train(self.rounds_done, metrics)
+    cadence = self.policies.cadence
+    if cadence.checkpoint_after(self.rounds_done):
+      # Before an evaluation is published: a crash after it resumes from this state, so
+      # the published result is never recomputed (with the same noise) on resume.
+      self.checkpoint()
+    if cadence.evaluate_after(self.rounds_done):
+      self.evaluate()
+      report = self.refresh_privacy()
+      epsilon = None if report is None else report.epsilon
+      self.outputs.progress(self.meter.line(
+          self.rounds_done, epsilon,
+          "eval " + ", ".join(f"{k} {v:.4f}" for k, v in self.eval_metrics.items()),
+          self.accountant.report_accountant))
+      self.policies.clock.mark()
+    elif self.policies.clock.due():
+      self.outputs.progress(self.meter.line(
+          self.rounds_done, self.accountant.epsilon(self.participation.scheduler.realized()),
+          accountant=self.accountant.progress_accountant))
+      self.policies.clock.mark()
+
+  def checkpoint(self) -> None:
+    self.discards_at_checkpoint = self.discarded()
+    self._save_checkpoint(self.rounds_done)
+    self.last_checkpoint = self.rounds_done
+
+  def evaluate(self) -> None:
+    self.eval_metrics = self._evaluate()
+    self.outputs.evaluation(self.rounds_done, self.eval_metrics)
+    self.evaluated_round = self.rounds_done
+
+  def refresh_privacy(self) -> Optional[Any]:
+    report = self.accountant.report(self.participation.scheduler.realized())
+    if report is not None:
+      self.outputs.privacy(self.rounds_done, report)
+    return report

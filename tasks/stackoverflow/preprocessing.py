@@ -1,0 +1,127 @@
+"""StackOverflow preprocessing: TFF's baseline pipeline, deterministic (no shuffling).
+
+The setting of paper 004 Sec. 4.1 (Table 3), which follows its ref. [8] and TFF's
+StackOverflow baseline (`tff.simulation.baselines.stackoverflow`, whose
+`word_prediction_preprocessing` is used here as is): sentences cut to `sequence_length`
+(20) words and mapped to token ids (`tasks.stackoverflow.vocab`). A sentence of n words
+becomes [BOS, w_1, ..., w_min(n,20), EOS if n < 20], padded with 0 to 21 ids; x is ids[:-1]
+and y is ids[1:] (length 20 each). BOS never occurs in y; EOS only ends sentences shorter
+than 20 words.
+
+`make_train_client_data`: the training clients (TFF's pipeline per client: an SQLite query
+and the preprocessing each time a client's dataset is made, ~0.1 s; see
+`tasks.stackoverflow.in_memory` for the same batches from memory). `make_eval_dataset`: one
+dataset of the sentences of (a sample of) clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
+
+from dp_fl import _checks
+from tasks.stackoverflow import vocab as vocab_lib
+
+DEFAULT_SEQUENCE_LENGTH = tff.simulation.baselines.stackoverflow.DEFAULT_SEQUENCE_LENGTH  # 20
+DEFAULT_EVAL_BATCH_SIZE = 64
+
+
+def _preprocess_fn(vocab: Sequence[str], batch_size: int, max_elements: Optional[int],
+                   num_epochs: int, sequence_length: int, num_oov_buckets: int):
+  """TFF's baseline preprocessing without shuffling (ClientSpec shuffle_buffer_size=1)."""
+  vocab = vocab_lib.check_vocab(vocab)
+  batch_size = _checks.check_positive_int("batch_size", batch_size)
+  num_epochs = _checks.check_positive_int("num_epochs", num_epochs)
+  sequence_length = _checks.check_positive_int("sequence_length", sequence_length)
+  num_oov_buckets = _checks.check_positive_int("num_oov_buckets", num_oov_buckets)
+  if max_elements is not None:
+    max_elements = _checks.check_positive_int("max_elements_per_client", max_elements)
+  spec = tff.simulation.baselines.ClientSpec(
+      num_epochs=num_epochs, batch_size=batch_size, max_elements=max_elements,
+      shuffle_buffer_size=1)
+  return word_prediction_preprocessing.create_preprocess_fn(
+      spec, vocab, sequence_length=sequence_length, num_out_of_vocab_buckets=num_oov_buckets)
+
+
+def _check_client_data(name: str, value: Any) -> None:
+  if not isinstance(value, tff.simulation.datasets.ClientData):
+    raise ValueError(f"`{name}` must be a tff.simulation.datasets.ClientData (see "
+                     f"load_client_data); got {type(value).__name__}.")
+
+
+def make_train_client_data(
+    train: tff.simulation.datasets.ClientData, vocab: Sequence[str], batch_size: int,
+    max_elements_per_client: Optional[int], *, num_epochs: int = 1,
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+    num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS,
+) -> tff.simulation.datasets.ClientData:
+  """Training clients, preprocessed as TFF's StackOverflow baseline, deterministically.
+
+  Each client's dataset is its sentences in stored order, repeated `num_epochs` times, the
+  first `max_elements_per_client` of those taken (TFF's `ClientSpec.max_elements`, counted
+  after the repeat), mapped to token ids and batched into (x, y) int64 tuples of shape
+  [<=batch_size, sequence_length]. No shuffling (TFF's shuffle is unseeded).
+
+  Args:
+    train: the train `ClientData` of `load_client_data`.
+    vocab: the vocabulary (`load_vocab`).
+    batch_size: sentences per batch.
+    max_elements_per_client: cap on a client's sentences (None: no cap).
+    num_epochs: passes over a client's data.
+    sequence_length: words per sentence kept (20 in the paper's setting).
+    num_oov_buckets: OOV buckets (1 in the paper's setting).
+
+  Returns:
+    A `ClientData` with the same `client_ids`.
+  """
+  _check_client_data("train", train)
+  return train.preprocess(_preprocess_fn(vocab, batch_size, max_elements_per_client,
+                                         num_epochs, sequence_length, num_oov_buckets))
+
+
+def make_eval_dataset(
+    client_data: tff.simulation.datasets.ClientData, vocab: Sequence[str],
+    max_clients: Optional[int] = None, *, batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
+    max_elements_per_client: Optional[int] = None,
+    sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
+    num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, seed: int = 0,
+) -> tf.data.Dataset:
+  """One batched (x, y) dataset of the sentences of (up to `max_clients`) clients.
+
+  Args:
+    client_data: e.g. the heldout or test `ClientData` of `load_client_data`.
+    vocab: the vocabulary (`load_vocab`).
+    max_clients: use this many clients, a sample drawn with `seed` and taken in sorted-id
+      order (None, or more than there are: all clients).
+    batch_size: sentences per batch.
+    max_elements_per_client: cap on each client's sentences (None: all).
+    sequence_length: words per sentence kept.
+    num_oov_buckets: OOV buckets.
+    seed: seed of the client sample.
+
+  Returns:
+    The dataset, deterministic: clients in sorted-id order, each one's sentences in stored
+    order.
+  """
+  _check_client_data("client_data", client_data)
+  seed = _checks.check_nonnegative_int("seed", seed)
+  client_ids = sorted(client_data.client_ids)
+  if max_clients is not None:
+    max_clients = _checks.check_positive_int("max_clients", max_clients)
+    if max_clients < len(client_ids):
+      picked = np.random.default_rng(seed).choice(len(client_ids), size=max_clients,
+                                                  replace=False)
+      client_ids = [client_ids[i] for i in np.sort(picked)]
+  if max_elements_per_client is not None:
+    max_elements_per_client = _checks.check_positive_int("max_elements_per_client",
+                                                         max_elements_per_client)
+  take = -1 if max_elements_per_client is None else max_elements_per_client
+  dataset_fn = client_data.serializable_dataset_fn
+  sentences = tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
+      lambda client_id: dataset_fn(client_id).take(take))
+  return _preprocess_fn(vocab, batch_size, None, 1, sequence_length,
+                        num_oov_buckets)(sentences)
