@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import numpy as np
 
 from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import two_band
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import device_timer
@@ -220,6 +221,7 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])"),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)"),
+    DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description, optimize_for="max"),
     DpFedAvgEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
     NoNoiseEntry("clip", "non-private FedAvg with each update clipped to ζ (no noise)",
