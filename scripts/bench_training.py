@@ -8,7 +8,12 @@ Measures, for 10 clients per round (the same clients and batches every time):
     for comparison, by calling `process.next(state, data)` from Python;
   * a plain TensorFlow loop doing the same client updates (SGD over the same batches) and
     the averaging, in one process (issue "training program": TFF >= 0.7x its speed);
-  * the time and size of a training checkpoint (dp_fl.training.checkpoints) of the BLT run.
+  * the same rounds on the in-process runtime (`--runtime=xla`: MapReduceForm run by
+    TensorFlow in this process, dp_fl/xla_runtime.py), without and with the XLA-compiled
+    client step (`--jit_compile`), against the C++ worker (issue "XLA runtime": >= 1.5x its
+    round speed, >= 1.0x the plain-TF loop);
+  * the time and size of a training checkpoint (dp_fl.training.checkpoints) of the BLT run;
+  * the peak resident memory of the process (all settings together).
 
 Run: ``.venv/bin/python -m scripts.bench_training [--clients 10 --rounds 8
 --local_batches 16]`` (synthetic corpus, model at the paper's sizes). Each client takes
@@ -23,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import tempfile
 import time
 
@@ -72,6 +78,10 @@ def main(argv=None) -> int:
   parser.add_argument("--local_batches", type=int, default=16,
                       help="local SGD steps per client; 16 = paper 004's StackOverflow clients "
                            "(up to 256 sentences, batch 16); 1 = the worst case for overheads")
+  parser.add_argument("--device", default="auto", help="device of the in-process runtime")
+  parser.add_argument("--xla_jit", action="store_true",
+                      help="also time the in-process runtime with the XLA-compiled client step "
+                           "(on this CPU: 30 s of compilation, then slower than the plain graph)")
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
@@ -80,6 +90,7 @@ def main(argv=None) -> int:
   from dp_fl.mechanisms import catalog  # pylint: disable=g-import-not-at-top
   from dp_fl.training import checkpoints  # pylint: disable=g-import-not-at-top
   from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import learners  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
@@ -114,7 +125,20 @@ def main(argv=None) -> int:
     def resident_round(name):
       return lambda: residents[name].commit(residents[name].next(datasets))
 
+    def learner_round(learner):
+      return lambda: learner.commit(learner.next(datasets)[0])
+
     steps = {name: resident_round(name) for name in mechanisms}
+    for name in ("none", "blt"):  # The in-process runtime (and its XLA client step).
+      for jit in (False, True) if args.xla_jit else (False,):
+        config = config_lib.TrainingConfig(
+            task=task.name, root_dir=os.path.join(root, name), rounds=100,
+            clients_per_round=args.clients, mechanism=name, noise_multiplier=1.0,
+            participation="uniform", runtime="xla", jit_compile=jit)
+        process = program.build_learning_process(
+            task, config, program.build_aggregator(config, mechanisms[name], len(ids)))
+        learner = learners.XlaLearner(process, process.initialize(), 1, args.device)
+        steps[f"{name}_xla{'_jit' if jit else ''}"] = learner_round(learner)
     steps["plain_tf"] = _plain_tf_round(task, batches)
     times = _interleaved_seconds(steps, args.rounds)
     for name in mechanisms:
@@ -148,7 +172,18 @@ def main(argv=None) -> int:
   speed = _ratio_summary(times["plain_tf"], times["none"])
   blt_ratio = _ratio_summary(times["blt"], times["none"])
   dpsgd_ratio = _ratio_summary(times["dpsgd"], times["none"])
+  xla_speed = {name: _ratio_summary(times[name], times[name.split("_xla")[0]])
+               for name in times if "_xla" in name}
+  report["xla_runtime"] = {
+      name: {"seconds_per_round": float(np.median(times[name])), "times": times[name],
+             "speed_relative_to_cpp_worker": 1.0 / xla_speed[name]["median"],
+             "speed_relative_to_plain_tf": float(np.median(
+                 np.array(times["plain_tf"]) / np.array(times[name])))}
+      for name in xla_speed}
+  report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   report["goals"] = {
+      "xla_speed_relative_to_cpp_worker_goal": 1.5,
+      "xla_speed_relative_to_plain_tf_goal": 1.0,
       "tff_speed_relative_to_plain_tf": speed["median"],
       "tff_speed_relative_to_plain_tf_range": [speed["min"], speed["max"]],
       "tff_speed_goal": 0.7,

@@ -46,8 +46,13 @@ pick_python() {
   die "dp_fl needs Python 3.11 (TensorFlow 2.14 / TFF 0.87). Install it or set DP_FL_PYTHON=/path/to/python3.11."
 }
 
+# DP_FL_GPU=1 adds requirements-gpu.lock (CUDA libraries for TensorFlow 2.14.1; docs/GPU.md).
+gpu_locks() {
+  if [ "${DP_FL_GPU:-0}" = "1" ]; then echo "$root/requirements-gpu.lock"; fi
+}
+
 lock_hash() {
-  cat "$root/requirements.lock" "$root/requirements-nodeps.lock" \
+  cat "$root/requirements.lock" "$root/requirements-nodeps.lock" $(gpu_locks) \
     | sha256sum | cut -d' ' -f1
 }
 
@@ -80,6 +85,11 @@ build_venv() {
   "$py" -m venv "$venv" || die "'$py -m venv' failed; install the venv module for Python 3.11 (Debian: python3.11-venv)."
   install_lock "$root/requirements.lock"
   install_lock "$root/requirements-nodeps.lock"
+  local gpu_lock
+  for gpu_lock in $(gpu_locks); do
+    log "DP_FL_GPU=1: installing the CUDA libraries of $(basename "$gpu_lock") (several GB)"
+    install_lock "$gpu_lock"
+  done
   health_check || die "the new .venv fails its health check (above); see README 'Troubleshooting'."
   lock_hash > "$stamp"
   log ".venv ready"

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 from dp_fl.training import config as config_lib
+from dp_fl.training import learners
 
 _HELP = {
     "root_dir": "run directory (checkpoints, metrics, privacy report); resumes if it has one",
@@ -63,7 +64,12 @@ _HELP = {
     "delta": "δ of the privacy report",
     "target_epsilon": "stop before ε would exceed this",
     "on_nonfinite": "a round with a non-finite loss: stop or discard",
-    "jit_compile": "XLA-compile the client step (refused: TFF 0.87's C++ worker has no XLA)",
+    "jit_compile": "XLA-compile the client step (--runtime=xla only: TFF 0.87's C++ worker "
+                   "has no XLA)",
+    "runtime": "how rounds execute: " + "; ".join(
+        f"{name} ({r.description})" for name, r in learners.RUNTIMES.items()),
+    "device": "where --runtime=xla runs: " + ", ".join(learners.DEVICES) + " (auto: a GPU, "
+              "else a TPU, else the CPU)",
 }
 
 # Fields a binary decides itself (not flags).

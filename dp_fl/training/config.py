@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl.training import learners
 from dp_fl.training import policies
 from dp_fl.training import registry
 
@@ -102,8 +103,11 @@ class TrainingConfig:
     delta: δ of the privacy report.
     target_epsilon: stop before the round that would exceed it (None: no budget).
     on_nonfinite: one of ON_NONFINITE.
-    jit_compile: compile the client training step with XLA; refused in TFF 0.87, whose C++
-      worker has no XLA device (see dp_fl/training/client_work.py).
+    jit_compile: compile the client training step with XLA (runtime `xla` only: TFF 0.87's
+      C++ worker has no XLA device; see dp_fl/training/client_work.py).
+    runtime: how rounds execute, one of `learners.RUNTIMES` (dp_fl/training/learners.py);
+      checkpoints resume in either.
+    device: where the `xla` runtime runs, one of `learners.DEVICES`.
   """
   task: str
   root_dir: str
@@ -140,6 +144,8 @@ class TrainingConfig:
   target_epsilon: Optional[float] = None
   on_nonfinite: str = "stop"
   jit_compile: bool = False
+  runtime: str = "tff_worker"
+  device: str = "auto"
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:
@@ -182,12 +188,15 @@ class TrainingConfig:
       _checks.check_half_open_unit("population_sampling_rate", self.population_sampling_rate)
     if not isinstance(self.jit_compile, bool):
       raise ValueError(f"`jit_compile` must be a bool; got {self.jit_compile!r}.")
-    if self.jit_compile:
+    _one_of("runtime", self.runtime, tuple(learners.RUNTIMES))
+    _one_of("device", self.device, learners.DEVICES)
+    if self.jit_compile and not learners.runtime(self.runtime).jit_compile:
       raise ValueError(
-          "`jit_compile`=True cannot take effect: TFF 0.87 runs client training in its C++ "
-          "worker_binary, which has no XLA device, so tf.function(jit_compile=True) there is "
-          "silently not compiled (dp_fl/training/client_work.py, docs/BENCHMARKS.md). Drop "
-          "--jit_compile; XLA needs a TFF runtime built with XLA (e.g. on GPU/TPU).")
+          f"`jit_compile`=True cannot take effect with --runtime={self.runtime}: TFF 0.87 runs "
+          "client training in its C++ worker_binary, which has no XLA device, so "
+          "tf.function(jit_compile=True) there is silently not compiled "
+          "(dp_fl/training/client_work.py, docs/BENCHMARKS.md). Use --runtime=xla, or drop "
+          "--jit_compile.")
     registry.mechanism(self.mechanism).check_config(self)
 
   # -- serialization -------------------------------------------------------------------

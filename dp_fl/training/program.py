@@ -47,11 +47,11 @@ from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
+from dp_fl.training import learners as learners_lib
 from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import policies as policies_lib
 from dp_fl.training import registry
-from dp_fl.training import resident as resident_lib
 from dp_fl.training import task as task_lib
 
 MECHANISM_FILE = registry.MECHANISM_FILE
@@ -179,7 +179,8 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   element_spec = task.train_data.create_tf_dataset_for_client(
       task.train_data.client_ids[0]).element_spec
   initial_model_fn = client_work.model_fn(task, element_spec)
-  training_model_fn = client_work.model_fn(task, element_spec, initialize=False)
+  training_model_fn = client_work.model_fn(task, element_spec, initialize=False,
+                                           jit_compile=config.jit_compile)
   if config.client_optimizer == "adam":
     client_optimizer = tff.learning.optimizers.build_adam(
         learning_rate=config.client_learning_rate)
@@ -220,23 +221,6 @@ def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
   model_weights.assign_weights_to(keras_model)
   results = keras_model.evaluate(task.eval_dataset_fn(), verbose=0, return_dict=True)
   return {k: float(v) for k, v in results.items()}
-
-
-def _model_weights(process: Any, state: Any) -> Any:
-  """The global model weights of a learning-process state, read in Python.
-
-  `process.get_model_weights` is a TFF computation: calling it would send the whole state
-  (model, optimizer and noise buffers) into TFF's worker only to select the weights.
-  """
-  weights = getattr(state, "global_model_weights", None)
-  return weights if weights is not None else process.get_model_weights(state)
-
-
-def _with_model_weights(process: Any, state: Any, weights: Any) -> Any:
-  """`state` with other global model weights (in Python, like `_model_weights`)."""
-  if hasattr(state, "global_model_weights") and hasattr(state, "_replace"):
-    return state._replace(global_model_weights=weights)
-  return process.set_model_weights(state, weights)
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,37 +305,6 @@ def _restore_state(restored: checkpoints_lib.Checkpoint, template: Any) -> Any:
   return tf.nest.pack_sequence_as(template, restored.arrays)
 
 
-class _Learner:
-  """The learning process as `loop.TrainingLoop` sees it (the state stays in TFF's worker).
-
-  The state is read back only for checkpoints, evaluations and weight projections
-  (resident.py; ≈ 1.5 s per round saved for BLT at the paper's model size).
-  """
-
-  def __init__(self, process: Any, state: Any, client_epochs: int):
-    self.process = process
-    self.resident = resident_lib.ResidentProcess(process, state)
-    self.client_epochs = client_epochs
-
-  def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
-    if self.client_epochs > 1:
-      datasets = [ds.repeat(self.client_epochs) for ds in datasets]
-    result = self.resident.next(datasets)
-    return result, outputs_lib.flatten_metrics(result.metrics)
-
-  def commit(self, result: Any) -> None:
-    self.resident.commit(result)
-
-  def state(self) -> Any:
-    return self.resident.state()
-
-  def model_weights(self) -> Any:
-    return _model_weights(self.process, self.resident.state())
-
-  def set_model_weights(self, weights: Any) -> None:
-    self.resident.set_state(_with_model_weights(self.process, self.resident.state(), weights))
-
-
 def _policies(task: task_lib.Task, config: config_lib.TrainingConfig, rounds_done: int,
               max_rounds_this_call: Optional[int]) -> loop_lib.Policies:
   """The loop's policies as `config` (and the task's weight projection) set them."""
@@ -402,7 +355,8 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
     rounds_done = resumed_from = start.restored.round
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
-  learner = _Learner(process, state, config.client_epochs)
+  learner = learners_lib.runtime(config.runtime).learner(process, state, config.client_epochs,
+                                                         config.device)
   del state
 
   def save_checkpoint(round_number: int) -> None:
@@ -419,7 +373,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
       meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
       policies=_policies(task, config, rounds_done, max_rounds_this_call),
       learning_rate_at=config.server_learning_rate_at).run()
-  learner.resident.close()
+  learner.close()
   result = RunResult(
       rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
       eval_metrics=outcome.eval_metrics,

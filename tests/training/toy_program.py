@@ -29,6 +29,7 @@ def main(argv=None) -> int:
   parser.add_argument("--timer_hours", type=float, default=24.0)
   parser.add_argument("--clients_per_round", type=int, default=4)
   parser.add_argument("--population_sampling_rate", type=float, default=None)
+  parser.add_argument("--runtime", default="tff_worker")
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
@@ -43,7 +44,8 @@ def main(argv=None) -> int:
                       participation=args.participation, on_nonfinite=args.on_nonfinite,
                       clients_per_round=args.clients_per_round,
                       population_sampling_rate=args.population_sampling_rate,
-                      min_sep=args.min_sep, timer_hours=args.timer_hours)
+                      min_sep=args.min_sep, timer_hours=args.timer_hours,
+                      runtime=args.runtime)
   with runtime.execution_context():
     task = toy_task.make_task(
         poison_client=[c for c in args.poison_clients.split(",") if c],

@@ -1,0 +1,156 @@
+"""How rounds execute (`--runtime`): the learning process as `loop.TrainingLoop` sees it.
+
+| `--runtime`  | where a round runs                                                           |
+|--------------|------------------------------------------------------------------------------|
+| `tff_worker` | TFF's C++ `worker_binary` (the default execution context; CPU only, no XLA); |
+|              | the state stays in the worker between rounds (`resident.py`)                 |
+| `xla`        | this process: `process.next` compiled to MapReduceForm and run by TensorFlow |
+|              | on `--device` (GPU/TPU when TensorFlow sees one), XLA for `--jit_compile`    |
+|              | (`dp_fl/xla_runtime.py`); the state stays on the device between rounds      |
+
+Both take the same Python state (a checkpoint written by one resumes in the other) and give
+the loop the same interface:
+
+    learner.next(datasets) -> (result, flat_metrics)   # the round, not yet applied
+    learner.commit(result)                              # apply it
+    learner.state()                                     # read back (checkpoints)
+    learner.model_weights() / set_model_weights(w)      # evaluation, weight projection
+    learner.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from dp_fl.training import outputs as outputs_lib
+
+
+def model_weights(process: Any, state: Any) -> Any:
+  """The global model weights of a learning-process state, read in Python.
+
+  `process.get_model_weights` is a TFF computation: calling it would send the whole state
+  (model, optimizer and noise buffers) into TFF's worker only to select the weights.
+  """
+  weights = getattr(state, "global_model_weights", None)
+  return weights if weights is not None else process.get_model_weights(state)
+
+
+def with_model_weights(process: Any, state: Any, weights: Any) -> Any:
+  """`state` with other global model weights (in Python, like `model_weights`)."""
+  if hasattr(state, "global_model_weights") and hasattr(state, "_replace"):
+    return state._replace(global_model_weights=weights)
+  return process.set_model_weights(state, weights)
+
+
+class _Learner:
+  """What both runtimes share: client epochs, metrics flattening, weights in the state."""
+
+  def __init__(self, process: Any, client_epochs: int):
+    self.process = process
+    self.client_epochs = client_epochs
+
+  def _repeat(self, datasets: list[Any]) -> list[Any]:
+    if self.client_epochs > 1:
+      return [ds.repeat(self.client_epochs) for ds in datasets]
+    return datasets
+
+  def state(self) -> Any:
+    raise NotImplementedError
+
+  def set_state(self, state: Any) -> None:
+    raise NotImplementedError
+
+  def model_weights(self) -> Any:
+    return model_weights(self.process, self.state())
+
+  def set_model_weights(self, weights: Any) -> None:
+    self.set_state(with_model_weights(self.process, self.state(), weights))
+
+  def close(self) -> None:
+    pass
+
+
+class TffWorkerLearner(_Learner):
+  """Rounds in TFF's C++ worker with the state resident there (`resident.py`; ≈ 1.5 s per
+  round saved for BLT at the paper's model size)."""
+
+  def __init__(self, process: Any, state: Any, client_epochs: int, device: str):
+    del device  # The C++ worker has no device choice (it is built without CUDA).
+    super().__init__(process, client_epochs)
+    from dp_fl.training import resident as resident_lib  # pylint: disable=g-import-not-at-top
+    self.resident = resident_lib.ResidentProcess(process, state)
+
+  def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
+    result = self.resident.next(self._repeat(datasets))
+    return result, outputs_lib.flatten_metrics(result.metrics)
+
+  def commit(self, result: Any) -> None:
+    self.resident.commit(result)
+
+  def state(self) -> Any:
+    return self.resident.state()
+
+  def set_state(self, state: Any) -> None:
+    self.resident.set_state(state)
+
+  def close(self) -> None:
+    self.resident.close()
+
+
+class XlaLearner(_Learner):
+  """Rounds in this process on `device` (`dp_fl/xla_runtime.py`); the state's tensors stay
+  on the device and are read back only for `state()`."""
+
+  def __init__(self, process: Any, state: Any, client_epochs: int, device: str):
+    super().__init__(process, client_epochs)
+    from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
+    self.device = xla_runtime.select_device(device)
+    self.mapreduce = xla_runtime.MapReduceProcess(process, self.device)
+    self._leaves = self.mapreduce.state_leaves(state)
+    self._state: Optional[Any] = state
+
+  def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
+    result = self.mapreduce.next(self._leaves, self._repeat(datasets))
+    return result, outputs_lib.flatten_metrics(self.mapreduce.output(result.output))
+
+  def commit(self, result: Any) -> None:
+    self._leaves = result.state
+    self._state = None
+
+  def state(self) -> Any:
+    if self._state is None:
+      self._state = self.mapreduce.state(self._leaves)
+    return self._state
+
+  def set_state(self, state: Any) -> None:
+    self._leaves = self.mapreduce.state_leaves(state)
+    self._state = state
+
+
+DEVICES = ("auto", "cpu", "gpu", "tpu")
+"""`--device` (runtime `xla`): auto = a GPU, else a TPU, else the CPU TensorFlow sees."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+  """One `--runtime` value."""
+  name: str
+  description: str
+  learner: Callable[..., _Learner]
+  jit_compile: bool  # Whether tf.function(jit_compile=True) in client work takes effect.
+
+
+RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
+    Runtime("tff_worker", "TFF's C++ worker_binary (CPU, no XLA)", TffWorkerLearner, False),
+    Runtime("xla", "in-process MapReduceForm with TensorFlow on --device, XLA client step "
+            "with --jit_compile", XlaLearner, True),
+)}
+
+
+def runtime(name: str) -> Runtime:
+  """The `--runtime` entry; unknown names fail with the known ones."""
+  found = RUNTIMES.get(name)
+  if found is None:
+    raise ValueError(f"`runtime` must be one of {tuple(RUNTIMES)}; got {name!r}.")
+  return found

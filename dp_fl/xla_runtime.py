@@ -1,0 +1,313 @@
+"""Runs a TFF learning process in this process: `next` compiled to MapReduceForm, executed by TF.
+
+TFF 0.87 executes computations in its C++ `worker_binary`, which is built without CUDA and
+without XLA: `jit_compile` is silently ignored there and no accelerator is used
+(docs/BENCHMARKS.md). This runtime compiles `process.next` once to TFF's `MapReduceForm` —
+the form production cross-device stacks deploy — and runs each round with TensorFlow in this
+process, on the device it is given:
+
+    server:  client_input = prepare(state)
+    clients: update_i, bitwidth_i, max_input_i, modular_i = work(data_i, client_input)
+    server:  aggregate = report(merge(zero(), accumulate(... accumulate(zero(), update_1) ...)))
+             secure    = Σ_i bitwidth_i  (each 0 <= x <= 2^bitwidth − 1, bitwidth <= 62),
+                         Σ_i max_input_i (each x <= max_input),
+                         (Σ_i modular_i) mod modulus
+             state, output = update(state, (aggregate, *secure))
+
+(`tff.backends.mapreduce` package docstring; the secure sums with the semantics of TFF's own
+test backend, `tff.backends.test`, which checks each client's value against the bound and
+fails loudly otherwise). Each of the TensorFlow computations is deserialized once into a
+concrete TF function (the GraphDef TFF serialized, imported into a wrapped function), and the
+server state stays as tensors on the device between rounds; it is read back into Python only
+when asked (`MapReduceProcess.state`). A `tf.function(jit_compile=True)` inside the client
+work keeps its `_XlaMustCompile` attribute through TFF's serialization, and TensorFlow's own
+runtime compiles it with XLA here (`tests/runtime/xla_runtime_test.py` checks that an op
+XLA cannot compile fails loudly).
+
+Results agree with the C++ runtime to float tolerance, not bitwise (kernels and op order
+differ); the noise of the DP aggregators is a function of (seed, round) in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.impl.types import type_conversions
+from tensorflow_federated.python.tensorflow_libs import serialization_utils
+
+_MAX_SECURE_SUM_BITWIDTH = 62  # int64 sums; one bit for the carry (as TFF's test backend).
+
+_DEVICE_KINDS = {"auto": ("GPU", "TPU"), "cpu": (), "gpu": ("GPU",), "tpu": ("TPU",)}
+
+
+def select_device(choice: str = "auto") -> str:
+  """The TF device name for `--device`: the first GPU/TPU TensorFlow sees, or the CPU.
+
+  "auto" takes a GPU if there is one, else a TPU, else the CPU; "gpu"/"tpu" fail clearly when
+  TensorFlow sees none (e.g. a CPU-only TensorFlow build, docs/GPU.md).
+  """
+  if choice not in _DEVICE_KINDS:
+    raise ValueError(f"`device` must be one of {tuple(_DEVICE_KINDS)}; got {choice!r}.")
+  for kind in _DEVICE_KINDS[choice]:
+    found = tf.config.list_logical_devices(kind)
+    if found:
+      return found[0].name
+  if choice in ("gpu", "tpu"):
+    raise ValueError(
+        f"--device={choice}: TensorFlow sees no {choice.upper()} (devices: "
+        f"{[d.name for d in tf.config.list_logical_devices()]}). Install a TensorFlow build "
+        "with accelerator support (docs/GPU.md) or use --device=auto.")
+  return tf.config.list_logical_devices("CPU")[0].name
+
+
+def _binding_leaves(binding: Any) -> list[str]:
+  """Tensor names of a TFF TensorFlow binding, depth first (sequences: the variant tensor)."""
+  kind = binding.WhichOneof("binding")
+  if kind == "tensor":
+    return [binding.tensor.tensor_name]
+  if kind == "sequence":
+    return [binding.sequence.variant_tensor_name]
+  if kind == "struct":
+    return [name for element in binding.struct.element for name in _binding_leaves(element)]
+  if kind is None:
+    return []
+  raise ValueError(f"Unsupported TensorFlow binding {kind!r} in a TFF computation.")
+
+
+_IMPORTS = itertools.count()
+
+
+def _uniquify(graph_def: Any, suffix: str) -> Any:
+  """`graph_def` with its functions and resources' shared names suffixed by `suffix`.
+
+  Functions imported into this process share one registry, and resources (variables, hash
+  tables) with a shared name share one resource manager: two TFF computations may hold
+  different functions under the same traced name (`__inference_update_state_350`) and
+  different variables under the same shared name (a metric's `total`, float in one and int64
+  in the other). TFF's C++ worker isolates computations; this runtime renames, as TFF's
+  `tensorflow_utils._uniquify_shared_names_with_suffix` does for shared names.
+  """
+  empty = itertools.count()
+  for node in list(graph_def.node) + [n for f in graph_def.library.function
+                                      for n in f.node_def]:
+    if "shared_name" in node.attr:
+      shared = node.attr["shared_name"]
+      if not shared.s:  # An empty shared name must not start the new one with "_".
+        shared.s = f"empty_{next(empty)}".encode("utf-8")
+      shared.s += f"_{suffix}".encode("utf-8")
+  renamed = {f.signature.name: f"{f.signature.name}_{suffix}" for f in graph_def.library.function}
+  if not renamed:
+    return graph_def
+
+  def rename_attrs(node):
+    if node.op in renamed:
+      node.op = renamed[node.op]
+    for value in node.attr.values():
+      if value.HasField("func") and value.func.name in renamed:
+        value.func.name = renamed[value.func.name]
+      for func in value.list.func:
+        if func.name in renamed:
+          func.name = renamed[func.name]
+
+  for node in graph_def.node:
+    rename_attrs(node)
+  for function in graph_def.library.function:
+    function.signature.name = renamed[function.signature.name]
+    for node in function.node_def:
+      rename_attrs(node)
+  for gradient in graph_def.library.gradient:
+    gradient.function_name = renamed.get(gradient.function_name, gradient.function_name)
+    gradient.gradient_func = renamed.get(gradient.gradient_func, gradient.gradient_func)
+  return graph_def
+
+
+class TensorFlowFunction:
+  """One TFF TensorFlow computation as a concrete TF function over flat tensors.
+
+  The GraphDef TFF serialized is imported once into a `tf.compat.v1.wrap_function`; calls
+  take and return the leaves of the parameter and result types in TFF's order (a sequence
+  leaf is the dataset's variant tensor). A computation that creates variables has an
+  initialize op, which runs before every call (TFF's semantics: each call starts fresh).
+  """
+
+  def __init__(self, computation: Any, device: Optional[str] = None):
+    proto = computation.get_proto(computation)
+    if proto.WhichOneof("computation") != "tensorflow":
+      raise ValueError(f"Expected a TensorFlow computation; got "
+                       f"{proto.WhichOneof('computation')!r}.")
+    spec = proto.tensorflow
+    self.type_signature = computation.type_signature
+    self.device = device
+    graph_def = _uniquify(serialization_utils.unpack_graph_def(spec.graph_def),
+                          f"dp_fl{next(_IMPORTS)}")
+    inputs = _binding_leaves(spec.parameter) if spec.HasField("parameter") else []
+    outputs = _binding_leaves(spec.result)
+    nodes = {node.name: node for node in graph_def.node}
+
+    def placeholder_spec(name: str) -> tf.TensorSpec:
+      attr = nodes[name.split(":")[0]].attr
+      shape = tf.TensorShape(attr["shape"].shape) if "shape" in attr else None
+      return tf.TensorSpec(shape, tf.as_dtype(attr["dtype"].type))
+
+    init_op = spec.initialize_op or None
+    token = spec.session_token_tensor_name or None
+
+    def imported(*args):
+      input_map = dict(zip(inputs, args))
+      if token:
+        input_map[token] = tf.constant("dp_fl")
+      returned = tf.graph_util.import_graph_def(
+          graph_def, input_map, outputs + ([init_op] if init_op else []), name="")
+      return returned[:len(outputs)]
+
+    with tf.device(device):
+      wrapped = tf.compat.v1.wrap_function(imported, [placeholder_spec(n) for n in inputs])
+    graph = wrapped.graph
+    self._initialize = (wrapped.prune([], [graph.get_operation_by_name(init_op)])
+                        if init_op else None)
+    self._call = wrapped.prune(wrapped.inputs,
+                               [graph.get_tensor_by_name(name) for name in outputs])
+    self.num_inputs = len(inputs)
+    self.num_outputs = len(outputs)
+
+  def __call__(self, *args: Any) -> list[tf.Tensor]:
+    if len(args) != self.num_inputs:
+      raise ValueError(f"Expected {self.num_inputs} tensors; got {len(args)}.")
+    with tf.device(self.device):
+      if self._initialize is not None:
+        self._initialize()
+      return list(self._call(*args))
+
+
+def num_leaves(type_spec: Any) -> int:
+  """Tensors (or sequences) in a TFF type."""
+  if isinstance(type_spec, tff.StructType):
+    return sum(num_leaves(t) for _, t in structure.iter_elements(type_spec))
+  if isinstance(type_spec, tff.FederatedType):
+    return num_leaves(type_spec.member)
+  return 1
+
+
+def flatten(value: Any, type_spec: Any) -> list[Any]:
+  """The leaves of a Python value of TFF type `type_spec`, in TFF's order."""
+  if isinstance(type_spec, tff.FederatedType):
+    type_spec = type_spec.member
+  if isinstance(type_spec, tff.StructType):
+    elements = structure.to_elements(structure.from_container(value))
+    return [leaf for (_, element_type), (_, element) in zip(
+        structure.iter_elements(type_spec), elements) for leaf in flatten(element, element_type)]
+  if isinstance(type_spec, tff.SequenceType):
+    return [tf.data.experimental.to_variant(value)]
+  return [value]
+
+
+def pack(leaves: Sequence[Any], type_spec: Any) -> Any:
+  """A Python container of TFF type `type_spec` (as TFF returns it) from its leaves."""
+  if isinstance(type_spec, tff.FederatedType):
+    type_spec = type_spec.member
+  flat = [np.asarray(leaf) if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves]
+  value = structure.pack_sequence_as(type_spec, flat) if isinstance(
+      type_spec, tff.StructType) else flat[0]
+  return type_conversions.type_to_py_container(value, type_spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundOutput:
+  """One round: the new state's leaves (on the device) and the server output's leaves."""
+  state: list[tf.Tensor]
+  output: list[tf.Tensor]
+
+
+class MapReduceProcess:
+  """`process.next` compiled to MapReduceForm and run in this process (module docstring)."""
+
+  def __init__(self, process: Any, device: Optional[str] = None):
+    self.device = device
+    form = tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
+    initialize = tff.backends.mapreduce.get_state_initialization_computation(
+        process.initialize)
+    self.form = form
+    self.state_type = process.next.type_signature.parameter[0].member
+    self.output_type = process.next.type_signature.result[1].member
+    functions = {name: TensorFlowFunction(getattr(form, name), device) for name in (
+        "prepare", "work", "zero", "accumulate", "merge", "report", "update",
+        "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")}
+    functions["initialize"] = TensorFlowFunction(initialize, device)
+    self._fn = functions
+    work_result = form.work.type_signature.result
+    self._work_split = [num_leaves(t) for _, t in structure.iter_elements(work_result)]
+    self._bounds = [functions[name]() for name in (
+        "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")]
+
+  def initialize(self) -> list[tf.Tensor]:
+    """The initial state's leaves, on the device."""
+    return self._fn["initialize"]()
+
+  def state_leaves(self, state: Any) -> list[tf.Tensor]:
+    """A Python state (e.g. restored from a checkpoint) as leaves on the device."""
+    with tf.device(self.device):
+      return [tf.identity(leaf) for leaf in flatten(state, self.state_type)]
+
+  def state(self, leaves: Sequence[tf.Tensor]) -> Any:
+    """The Python state of `leaves` (read back from the device)."""
+    return pack(leaves, self.state_type)
+
+  def output(self, leaves: Sequence[tf.Tensor]) -> Any:
+    return pack(leaves, self.output_type)
+
+  def next(self, state: Sequence[tf.Tensor], client_data: Sequence[Any]) -> RoundOutput:
+    """One round on `client_data` (one dataset per client) from the state's leaves."""
+    fn = self._fn
+    client_input = fn["prepare"](*state)
+    accumulator = fn["zero"]()
+    secure_inputs: list[list[list[tf.Tensor]]] = [[], [], []]
+    sizes = self._work_split
+    for data in client_data:
+      leaves = fn["work"](*flatten(data, self.form.work.type_signature.parameter[0]),
+                          *client_input)
+      update, rest = leaves[:sizes[0]], leaves[sizes[0]:]
+      accumulator = fn["accumulate"](*accumulator, *update)
+      for i, size in enumerate(sizes[1:]):
+        secure_inputs[i].append(rest[:size])
+        rest = rest[size:]
+    merged = fn["merge"](*fn["zero"](), *accumulator)
+    report = fn["report"](*merged)
+    secure = self._secure_sums(secure_inputs, len(client_data))
+    result = fn["update"](*state, *report, *secure)
+    num_state = num_leaves(self.state_type)
+    return RoundOutput(result[:num_state], result[num_state:])
+
+  def _secure_sums(self, inputs: list[list[list[tf.Tensor]]], num_clients: int
+                   ) -> list[tf.Tensor]:
+    """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`."""
+    bitwidth, max_input, modulus = self._bounds
+    out = []
+    for kind, (values, bounds) in enumerate(zip(inputs, (bitwidth, max_input, modulus))):
+      for leaf, bound in enumerate(bounds):
+        column = [client[leaf] for client in values]
+        total = tf.add_n(column) if num_clients else tf.zeros_like(bound)
+        if kind == 0:
+          bits = int(bound)
+          if bits > _MAX_SECURE_SUM_BITWIDTH:
+            raise ValueError(f"secure_sum_bitwidth {bits} exceeds "
+                             f"{_MAX_SECURE_SUM_BITWIDTH} (int64 sums).")
+          _check_each_at_most(column, 2 ** bits - 1, f"bitwidth {bits}")
+        elif kind == 1:
+          _check_each_at_most(column, bound, "max_input")
+        else:
+          total = tf.math.floormod(total, tf.cast(bound, total.dtype))
+        out.append(total)
+    return out
+
+
+def _check_each_at_most(values: list[tf.Tensor], bound: Any, what: str) -> None:
+  for i, value in enumerate(values):
+    if not bool(tf.reduce_all(tf.cast(value, tf.int64) <= tf.cast(bound, tf.int64))):
+      raise ValueError(f"client {i}'s value for a secure sum exceeds its {what} "
+                       f"({int(np.asarray(bound))}): the aggregator is broken.")

@@ -1,0 +1,235 @@
+"""The in-process MapReduceForm runtime against TFF's C++ worker, XLA, secure sums, devices."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from dp_fl import runtime
+from dp_fl import xla_runtime
+from dp_fl.training import client_work
+from dp_fl.training import program
+from dp_fl.training import registry
+from dp_fl.training import task as task_lib
+from tests.training import toy_program
+from tests.training import toy_task
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROUNDS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tff_execution_context():
+  with runtime.execution_context():
+    yield
+
+
+def _preset_config(tmp_path, mechanism):
+  extra = ({"participation": "poisson", "population_sampling_rate": 0.5}
+           if mechanism == "dpfedavg" else {"participation": "uniform"})
+  os.makedirs(tmp_path, exist_ok=True)
+  return toy_program.toy_config(str(tmp_path), ROUNDS, mechanism, reproducible_noise_seed=7,
+                                **extra)
+
+
+def _process(task, config):
+  mechanism = program.build_mechanism(config)
+  aggregator = program.build_aggregator(config, mechanism, len(task.train_data.client_ids), 7)
+  return program.build_learning_process(task, config, aggregator)
+
+
+def _cohorts(task):
+  ids = task.train_data.client_ids
+  # Cohorts of different sizes (as Poisson sampling gives), one client twice over rounds.
+  return [[task.train_data.create_tf_dataset_for_client(c) for c in cohort]
+          for cohort in (ids[:4], ids[2:5], ids[1:7])]
+
+
+def _leaves(value):
+  return [np.asarray(x, np.float64) for x in tf.nest.flatten(value)]
+
+
+@pytest.mark.parametrize("mechanism", sorted(registry.MECHANISMS))
+def test_every_preset_agrees_with_the_cpp_worker(tmp_path, mechanism):
+  task = toy_task.make_task()
+  process = _process(task, _preset_config(tmp_path, mechanism))
+  mapreduce = xla_runtime.MapReduceProcess(process)
+  state = process.initialize()
+  leaves = mapreduce.initialize()
+  for a, b in zip(_leaves(state), _leaves(mapreduce.state(leaves))):
+    np.testing.assert_array_equal(a, b)  # The initial state is bitwise the same.
+  for cohort in _cohorts(task):
+    expected = process.next(state, cohort)
+    got = mapreduce.next(leaves, cohort)
+    state, leaves = expected.state, got.state
+    for a, b in zip(_leaves(expected.state), _leaves(mapreduce.state(got.state))):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    for a, b in zip(_leaves(expected.metrics), _leaves(mapreduce.output(got.output))):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mechanism", sorted(registry.MECHANISMS))
+def test_every_preset_compiles_to_mapreduce_and_distribute_aggregate_forms(tmp_path,
+                                                                           mechanism):
+  process = _process(toy_task.make_task(), _preset_config(tmp_path, mechanism))
+  mrf = tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
+  daf = tff.backends.mapreduce.get_distribute_aggregate_form_for_computation(process.next)
+  assert isinstance(mrf, tff.backends.mapreduce.MapReduceForm)
+  assert isinstance(daf, tff.backends.mapreduce.DistributeAggregateForm)
+
+
+def _unique_task():
+  """The toy task with an op XLA cannot compile (a string op: AsString)."""
+
+  class StringOp(tf.keras.layers.Layer):
+
+    def call(self, x):
+      length = tf.strings.length(tf.strings.as_string(x))
+      return x + 0.0 * tf.cast(length, x.dtype)
+
+  def keras_model():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)), StringOp(),
+                                tf.keras.layers.Dense(3)])
+
+  base = toy_task.make_task()
+  return task_lib.Task(**{**base.__dict__, "keras_model_fn": keras_model})
+
+
+def _work_round(task, jit_compile, runtime_kind):
+  element_spec = task.train_data.create_tf_dataset_for_client(
+      task.train_data.client_ids[0]).element_spec
+  tf.keras.utils.set_random_seed(1)  # The same initial model for every variant.
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      client_work.model_fn(task, element_spec, jit_compile=jit_compile),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  cohort = _cohorts(task)[0]
+  if runtime_kind == "xla":
+    mapreduce = xla_runtime.MapReduceProcess(process)
+    return mapreduce.output(mapreduce.next(mapreduce.initialize(), cohort).output)
+  return process.next(process.initialize(), cohort).metrics
+
+
+def test_xla_really_compiles_the_client_step():
+  task = _unique_task()
+  # Without XLA both runtimes run the model; the C++ worker even ignores jit_compile.
+  assert _work_round(task, False, "xla") is not None
+  assert _work_round(task, True, "tff_worker") is not None
+  # In this process TensorFlow compiles the jit_compile step with XLA, which refuses AsString.
+  with pytest.raises(tf.errors.InvalidArgumentError, match="unsupported operations"):
+    _work_round(task, True, "xla")
+
+
+def _lstm_task():
+  """The toy task with a recurrent model (its 4 features read as a sequence of length 4)."""
+
+  def keras_model():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                                tf.keras.layers.Reshape((4, 1)), tf.keras.layers.LSTM(5),
+                                tf.keras.layers.Dense(3)])
+
+  base = toy_task.make_task()
+  return task_lib.Task(**{**base.__dict__, "keras_model_fn": keras_model})
+
+
+@pytest.mark.parametrize("make_task", [toy_task.make_task, _lstm_task], ids=["dense", "lstm"])
+def test_jit_compiled_training_matches_the_plain_graph(make_task):
+  # The LSTM needs its while loop unrolled under XLA (client_work._unroll_recurrent_layers).
+  task = make_task()
+  plain = _work_round(task, False, "xla")
+  compiled = _work_round(task, True, "xla")
+  for a, b in zip(_leaves(plain), _leaves(compiled)):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def _secure_process(bitwidth=3, max_input=5, modulus=7):
+  """A round with the three secure sums: client values come from their dataset."""
+  int_type = tff.TensorType(np.int32)
+
+  @tff.tensorflow.computation
+  def init():
+    return np.int32(0)
+
+  @tff.tensorflow.computation(tff.SequenceType(int_type))
+  def client_value(data):
+    return data.reduce(np.int32(0), lambda a, b: a + b)
+
+  @tff.federated_computation(tff.FederatedType(int_type, tff.SERVER),
+                             tff.FederatedType(tff.SequenceType(int_type), tff.CLIENTS))
+  def next_fn(state, data):
+    values = tff.federated_map(client_value, data)
+    bits = tff.federated_secure_sum_bitwidth(values, bitwidth)
+    capped = tff.federated_secure_sum(values, max_input)
+    modular = tff.backends.mapreduce.federated_secure_modular_sum(values, modulus)
+    plain = tff.federated_sum(values)
+    return state, tff.federated_zip(collections.OrderedDict(
+        bits=bits, capped=capped, modular=modular, plain=plain))
+
+  return tff.templates.IterativeProcess(tff.federated_computation(
+      lambda: tff.federated_eval(init, tff.SERVER)), next_fn)
+
+
+def _datasets(values):
+  return [tf.data.Dataset.from_tensor_slices(np.array([v], np.int32)) for v in values]
+
+
+def test_secure_sums_have_their_bounds_and_modulus():
+  process = _secure_process()
+  mapreduce = xla_runtime.MapReduceProcess(process)
+  out = mapreduce.output(mapreduce.next(mapreduce.initialize(), _datasets([3, 5, 4])).output)
+  assert {k: int(v) for k, v in out.items()} == {"bits": 12, "capped": 12, "modular": 5,
+                                                 "plain": 12}
+  with pytest.raises(ValueError, match="bitwidth 3"):  # 8 > 2³ − 1.
+    mapreduce.next(mapreduce.initialize(), _datasets([8, 1]))
+  with pytest.raises(ValueError, match="max_input"):  # 6 > 5 (and < 2³).
+    mapreduce.next(mapreduce.initialize(), _datasets([6, 1]))
+
+
+def test_device_selection_without_an_accelerator():
+  assert xla_runtime.select_device("auto").endswith("CPU:0")
+  assert xla_runtime.select_device("cpu").endswith("CPU:0")
+  with pytest.raises(ValueError, match="--device=gpu: TensorFlow sees no GPU"):
+    xla_runtime.select_device("gpu")
+  with pytest.raises(ValueError, match="`device` must be one of"):
+    xla_runtime.select_device("cuda")
+
+
+def test_state_lives_on_the_chosen_device():
+  # Logical devices must be configured before TensorFlow starts: a fresh interpreter.
+  script = textwrap.dedent("""
+      import tensorflow as tf
+      cpu = tf.config.list_physical_devices("CPU")[0]
+      tf.config.set_logical_device_configuration(
+          cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+      from dp_fl import runtime, xla_runtime
+      from tests.training import toy_task
+      import tensorflow_federated as tff
+      from dp_fl.training import client_work
+      task = toy_task.make_task()
+      spec = task.train_data.create_tf_dataset_for_client(
+          task.train_data.client_ids[0]).element_spec
+      process = tff.learning.algorithms.build_unweighted_fed_avg(
+          client_work.model_fn(task, spec),
+          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+      device = tf.config.list_logical_devices("CPU")[1].name
+      mapreduce = xla_runtime.MapReduceProcess(process, device)
+      leaves = mapreduce.initialize()
+      data = [task.train_data.create_tf_dataset_for_client(c)
+              for c in task.train_data.client_ids[:2]]
+      leaves = mapreduce.next(leaves, data).state
+      print(sorted({leaf.device.rsplit("/", 1)[-1] for leaf in leaves}))
+      """)
+  env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  result = subprocess.run([sys.executable, "-c", script], cwd=_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-1] == "['device:CPU:1']"
