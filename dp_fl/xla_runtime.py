@@ -30,8 +30,10 @@ differ); the noise of the DP aggregators is a function of (seed, round) in both.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import itertools
+import queue
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -134,6 +136,7 @@ class TensorFlowFunction:
   take and return the leaves of the parameter and result types in TFF's order (a sequence
   leaf is the dataset's variant tensor). A computation that creates variables has an
   initialize op, which runs before every call (TFF's semantics: each call starts fresh).
+  Its variables belong to this import: one instance must not run two calls at once.
   """
 
   def __init__(self, computation: Any, device: Optional[str] = None):
@@ -225,9 +228,17 @@ class RoundOutput:
 
 
 class MapReduceProcess:
-  """`process.next` compiled to MapReduceForm and run in this process (module docstring)."""
+  """`process.next` compiled to MapReduceForm and run in this process (module docstring).
 
-  def __init__(self, process: Any, device: Optional[str] = None):
+  Clients' `work` runs on `parallel_clients` threads, each with its own imported copy of the
+  computation (a copy's variables are its own: one copy must not run two clients at once);
+  the updates are accumulated in client order, so results do not depend on the number of
+  threads (`tests/runtime/xla_runtime_test.py`).
+  """
+
+  def __init__(self, process: Any, device: Optional[str] = None, parallel_clients: int = 1):
+    if not isinstance(parallel_clients, int) or parallel_clients < 1:
+      raise ValueError(f"`parallel_clients` must be a positive int; got {parallel_clients!r}.")
     self.device = device
     form = tff.backends.mapreduce.get_map_reduce_form_for_computation(process.next)
     initialize = tff.backends.mapreduce.get_state_initialization_computation(
@@ -240,6 +251,12 @@ class MapReduceProcess:
         "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")}
     functions["initialize"] = TensorFlowFunction(initialize, device)
     self._fn = functions
+    self._work_copies = queue.SimpleQueue()
+    self._work_copies.put(functions["work"])
+    for _ in range(parallel_clients - 1):
+      self._work_copies.put(TensorFlowFunction(form.work, device))
+    self._pool = (concurrent.futures.ThreadPoolExecutor(parallel_clients)
+                  if parallel_clients > 1 else None)
     work_result = form.work.type_signature.result
     self._work_split = [num_leaves(t) for _, t in structure.iter_elements(work_result)]
     self._bounds = [functions[name]() for name in (
@@ -268,9 +285,18 @@ class MapReduceProcess:
     accumulator = fn["zero"]()
     secure_inputs: list[list[list[tf.Tensor]]] = [[], [], []]
     sizes = self._work_split
-    for data in client_data:
-      leaves = fn["work"](*flatten(data, self.form.work.type_signature.parameter[0]),
-                          *client_input)
+    data_type = self.form.work.type_signature.parameter[0]
+
+    def work(data):
+      copy = self._work_copies.get()
+      try:
+        return copy(*flatten(data, data_type), *client_input)
+      finally:
+        self._work_copies.put(copy)
+
+    outputs = (self._pool.map(work, client_data) if self._pool is not None
+               else map(work, client_data))
+    for leaves in outputs:  # In client order, whatever order the threads finish in.
       update, rest = leaves[:sizes[0]], leaves[sizes[0]:]
       accumulator = fn["accumulate"](*accumulator, *update)
       for i, size in enumerate(sizes[1:]):

@@ -21,6 +21,7 @@ the loop the same interface:
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable, Optional
 
 from dp_fl.training import outputs as outputs_lib
@@ -106,7 +107,9 @@ class XlaLearner(_Learner):
     super().__init__(process, client_epochs)
     from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
     self.device = xla_runtime.select_device(device)
-    self.mapreduce = xla_runtime.MapReduceProcess(process, self.device)
+    # One client per core: results do not depend on it (updates accumulate in client order).
+    self.mapreduce = xla_runtime.MapReduceProcess(process, self.device,
+                                                  parallel_clients=os.cpu_count() or 1)
     self._leaves = self.mapreduce.state_leaves(state)
     self._state: Optional[Any] = state
 

@@ -76,6 +76,20 @@ def test_every_preset_agrees_with_the_cpp_worker(tmp_path, mechanism):
       np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
+def test_parallel_clients_give_bitwise_the_same_rounds(tmp_path):
+  task = toy_task.make_task()
+  process = _process(task, _preset_config(tmp_path, "blt"))
+  serial = xla_runtime.MapReduceProcess(process)
+  parallel = xla_runtime.MapReduceProcess(process, parallel_clients=3)
+  a, b = serial.initialize(), parallel.initialize()
+  for cohort in _cohorts(task):
+    a, b = serial.next(a, cohort).state, parallel.next(b, cohort).state
+  for x, y in zip(a, b):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  with pytest.raises(ValueError, match="parallel_clients"):
+    xla_runtime.MapReduceProcess(process, parallel_clients=0)
+
+
 @pytest.mark.parametrize("mechanism", sorted(registry.MECHANISMS))
 def test_every_preset_compiles_to_mapreduce_and_distribute_aggregate_forms(tmp_path,
                                                                            mechanism):
