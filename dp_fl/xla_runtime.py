@@ -153,7 +153,7 @@ class TensorFlowFunction:
     outputs = _binding_leaves(spec.result)
     nodes = {node.name: node for node in graph_def.node}
 
-    def placeholder_spec(name: str) -> tf.TensorSpec:
+    def input_spec(name: str) -> tf.TensorSpec:
       attr = nodes[name.split(":")[0]].attr
       shape = tf.TensorShape(attr["shape"].shape) if "shape" in attr else None
       return tf.TensorSpec(shape, tf.as_dtype(attr["dtype"].type))
@@ -170,7 +170,7 @@ class TensorFlowFunction:
       return returned[:len(outputs)]
 
     with tf.device(device):
-      wrapped = tf.compat.v1.wrap_function(imported, [placeholder_spec(n) for n in inputs])
+      wrapped = tf.compat.v1.wrap_function(imported, [input_spec(n) for n in inputs])
     graph = wrapped.graph
     self._initialize = (wrapped.prune([], [graph.get_operation_by_name(init_op)])
                         if init_op else None)

@@ -20,6 +20,7 @@ the loop the same interface:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import os
 from typing import Any, Callable, Optional
@@ -44,8 +45,8 @@ def with_model_weights(process: Any, state: Any, weights: Any) -> Any:
   return process.set_model_weights(state, weights)
 
 
-class _Learner:
-  """What both runtimes share: client epochs, metrics flattening, weights in the state."""
+class _Learner(abc.ABC):
+  """What both runtimes share: client epochs, weights in the state."""
 
   def __init__(self, process: Any, client_epochs: int):
     self.process = process
@@ -56,11 +57,21 @@ class _Learner:
       return [ds.repeat(self.client_epochs) for ds in datasets]
     return datasets
 
-  def state(self) -> Any:
-    raise NotImplementedError
+  @abc.abstractmethod
+  def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
+    """Runs a round on the clients' datasets; (result, flat metrics), not yet applied."""
 
+  @abc.abstractmethod
+  def commit(self, result: Any) -> None:
+    """Applies a round `next` returned."""
+
+  @abc.abstractmethod
+  def state(self) -> Any:
+    """The learning-process state, read back into Python."""
+
+  @abc.abstractmethod
   def set_state(self, state: Any) -> None:
-    raise NotImplementedError
+    """Replaces the state (e.g. after a weight projection)."""
 
   def model_weights(self) -> Any:
     return model_weights(self.process, self.state())

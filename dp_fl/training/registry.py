@@ -115,7 +115,8 @@ class DpFtrlEntry(MechanismEntry):
         bands=config.bandmf_bands, optimize_for=self.optimize_for,
         seed=config.seed).mechanism
     mechanism.check_rounds(config.rounds)
-    catalog.save(mechanism, saved)
+    if source != saved:  # Loaded from the run directory: it is there already.
+      catalog.save(mechanism, saved)
     return mechanism
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None):
