@@ -60,6 +60,12 @@ def _interleaved_seconds(steps: dict, rounds: int) -> dict[str, list[float]]:
   return times
 
 
+def _timing(times: list[float]) -> dict:
+  """Median seconds and rounds per second of timed rounds, with the rounds' times."""
+  median = float(np.median(times))
+  return {"seconds_per_round": median, "rounds_per_second": 1.0 / median, "times": times}
+
+
 def _ratio_summary(numerator: list[float], denominator: list[float]) -> dict[str, float]:
   ratios = np.array(numerator) / np.array(denominator)
   return {"median": float(np.median(ratios)), "min": float(ratios.min()),
@@ -72,7 +78,7 @@ def main(argv=None) -> int:
   parser.add_argument("--rounds", type=int, default=8,
                       help="timed rounds per setting (interleaved)")
   parser.add_argument("--python_rounds", type=int, default=2,
-                      help="timed rounds driven by process.next from Python, per setting")
+                      help="timed rounds driven by process.next from Python, per setting (0: none)")
   parser.add_argument("--sentences_per_client", type=int, default=16,
                       help="distinct sentences per client (one batch of 16)")
   parser.add_argument("--local_batches", type=int, default=16,
@@ -142,17 +148,17 @@ def main(argv=None) -> int:
     steps["plain_tf"] = _plain_tf_round(task, batches)
     times = _interleaved_seconds(steps, args.rounds)
     for name in mechanisms:
-      # Calling `process.next(state, data)` from Python instead: the state crosses into and
-      # out of the worker every round.
-      state = residents[name].state()
-      python_times = _interleaved_seconds(
-          {name: lambda: processes[name].next(state, datasets)}, args.python_rounds)[name]
-      report["tff"][name] = {
-          "seconds_per_round": float(np.median(times[name])), "times": times[name],
-          "python_driven_seconds_per_round": float(np.median(python_times)),
-          "python_driven_times": python_times}
-    report["plain_tf"] = {"seconds_per_round": float(np.median(times["plain_tf"])),
-                          "times": times["plain_tf"]}
+      report["tff"][name] = _timing(times[name])
+      if args.python_rounds > 0:
+        # Calling `process.next(state, data)` from Python instead: the state crosses into and
+        # out of the worker every round.
+        state = residents[name].state()
+        python_times = _interleaved_seconds(
+            {name: lambda: processes[name].next(state, datasets)}, args.python_rounds)[name]
+        report["tff"][name].update(
+            python_driven_seconds_per_round=float(np.median(python_times)),
+            python_driven_times=python_times)
+    report["plain_tf"] = _timing(times["plain_tf"])
     blt_process, blt_state = processes["blt"], residents["blt"].state()
     for resident_process in residents.values():
       resident_process.close()
@@ -175,12 +181,14 @@ def main(argv=None) -> int:
   xla_speed = {name: _ratio_summary(times[name], times[name.split("_xla")[0]])
                for name in times if "_xla" in name}
   report["xla_runtime"] = {
-      name: {"seconds_per_round": float(np.median(times[name])), "times": times[name],
+      name: {**_timing(times[name]),
              "speed_relative_to_cpp_worker": 1.0 / xla_speed[name]["median"],
              "speed_relative_to_plain_tf": float(np.median(
                  np.array(times["plain_tf"]) / np.array(times[name])))}
       for name in xla_speed}
   report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  # The largest finished child: TFF's C++ workers (closed above) hold the worker's rounds.
+  report["peak_memory_worker_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
   report["goals"] = {
       "xla_speed_relative_to_cpp_worker_goal": 1.5,
       "xla_speed_relative_to_plain_tf_goal": 1.0,

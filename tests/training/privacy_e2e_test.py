@@ -106,9 +106,10 @@ def test_reported_epsilon_bounds_the_truth_with_discarded_rounds(tmp_path, mecha
   assert summary["realized_participation"]["num_rounds"] == audit.rows
 
 
-def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=()):
+def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=(), runtime_name="tff_worker"):
   settings = _settings(mechanism, participation)
   args = [str(root), str(rounds), mechanism, f"--participation={participation}",
+          f"--runtime={runtime_name}",
           "--clients_per_round=1", f"--num_clients={NUM_CLIENTS}", "--min_sep=3",
           "--timer_hours=3", "--noise_multiplier=1.0", "--on_nonfinite=discard",
           "--checkpoint_every=2", f"--poison_clients={','.join(poisoned)}"]
@@ -139,6 +140,38 @@ def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume(tmp_path, me
   proc.wait(timeout=60)
   assert proc.returncode == -signal.SIGKILL
   result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED)
+  assert result.resumed_from is not None and result.resumed_from < ROUNDS
+  assert audit.rows == result.rounds_completed
+
+
+# The in-process runtime (`--runtime=xla`, dp_fl/xla_runtime.py) executes the same learning
+# process: the same audit must hold on it, and across a SIGKILL that moves the job from one
+# runtime to the other (checkpoints are interchangeable).
+@pytest.mark.parametrize("mechanism,participation", DIAGONAL)
+def test_reported_epsilon_bounds_the_truth_on_the_xla_runtime(tmp_path, mechanism,
+                                                              participation):
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   runtime="xla")
+  assert result.stopped in ("completed", "nonfinite")
+  assert audit.rows == result.rounds_completed
+  assert result.epsilon == audit.reported["epsilon"]
+
+
+@pytest.mark.parametrize("killed_on,resumed_on", [("xla", "tff_worker"), ("tff_worker", "xla")])
+def test_reported_epsilon_bounds_the_truth_when_a_killed_job_resumes_on_the_other_runtime(
+    tmp_path, killed_on, resumed_on):
+  mechanism, participation = ("blt", "device_timer") if killed_on == "xla" else (
+      "bandmf", "cyclic")
+  proc = _start(tmp_path, mechanism, participation, poisoned=POISONED, runtime_name=killed_on)
+  deadline = time.monotonic() + 240
+  while _rows(tmp_path) < 5:
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    assert time.monotonic() < deadline, "the program made no progress"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait(timeout=60)
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   runtime=resumed_on)
   assert result.resumed_from is not None and result.resumed_from < ROUNDS
   assert audit.rows == result.rounds_completed
 
