@@ -113,3 +113,28 @@ def check_lower_triangular(name: str, matrix: Any) -> np.ndarray:
         f"matrix C of A = B C); got {len(above)} non-zero entries above the diagonal, the "
         f"first {name}[{i}, {j}]={c[i, j]!r}. Pass the lower-triangular C (not Cᵀ).")
   return c
+
+
+def check_in_range(name: str, value: Any, low: float, high: float, *, integer: bool = False,
+                   why: str = "") -> float | int:
+  """Returns `value` (an int if `integer`), requiring low <= value <= high.
+
+  For values whose extremes underflow, overflow or make a computation meaningless (a noise
+  multiplier whose square underflows, a δ that guarantees nothing); `why` says what goes
+  wrong outside the range.
+  """
+  kind = "an integer" if integer else "a number"
+  bounds = f"[{int(low)}, {int(high)}]" if integer else f"[{low:g}, {high:g}]"
+  requirement = f"{kind} in {bounds}" + (f" ({why})" if why else "")
+  if integer:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      _fail(name, value, requirement)
+    out: float | int = int(value)
+  else:
+    try:
+      out = float(value)
+    except (TypeError, ValueError):
+      _fail(name, value, requirement)
+  if not (math.isfinite(out) and low <= out <= high):
+    _fail(name, value, requirement)
+  return out

@@ -17,8 +17,28 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
+from dp_fl import _checks
+from dp_fl import exits
+from dp_fl import resources
 from dp_fl.mechanisms import catalog
 from dp_fl.training import registry  # pylint: disable=unused-import  (registers every mechanism)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+  """Refuses out-of-range flags and an unwritable --params_out before any work."""
+  top = resources.MAX_ROUNDS
+  for flag, optional in (("rounds", False), ("min_sep", False),
+                         ("max_participations", True), ("buffers", False),
+                         ("bands", True), ("eval_rounds", True), ("eval_min_sep", True),
+                         ("eval_max_participations", True)):
+    value = getattr(args, flag)
+    if not (optional and value is None):
+      _checks.check_in_range(f"--{flag}", value, 1, top, integer=True)
+  _checks.check_in_range("--seed", args.seed, 0, 2 ** 63 - 1, integer=True)
+  resources.check_writable_output("params_out", args.params_out)
+  if args.eval_rounds is not None:
+    resources.require(catalog.evaluation_cost(args.mechanism, args.eval_rounds),
+                      {"eval_rounds": args.eval_rounds})
 
 def run(mechanism: str, rounds: int, min_sep: int, max_participations: Optional[int],
         buffers: int, bands: Optional[int], optimize_for: str, seed: int,
@@ -82,21 +102,29 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--eval_min_sep", type=int, default=None, help="... at min-sep b2")
   parser.add_argument("--eval_max_participations", type=int, default=None, help="... with k2")
   parser.add_argument("--format", choices=("table", "json"), default="table")
+  resources.add_budget_flags(parser)
+  exits.add_debug_flag(parser)
   return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Exit codes as in dp_fl/exits.py: 0 done, 2 bad flag (or too large for the budgets)."""
   args = parse_args(argv)
-  try:
+
+  def body() -> int:
+    resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
+    check_flags(args)
     report = run(args.mechanism, args.rounds, args.min_sep, args.max_participations,
                  args.buffers, args.bands, args.optimize_for, args.seed, args.params_in,
                  args.params_out, args.eval_rounds, args.eval_min_sep,
                  args.eval_max_participations)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(json.dumps(report, indent=2) if args.format == "json" else format_table(report))
-  return 0
+    print(json.dumps(report, indent=2) if args.format == "json" else format_table(report))
+    return exits.COMPLETED
+
+  try:
+    return exits.guarded(body, debug=args.debug)
+  finally:
+    resources.set_budgets()  # In-process callers (tests) get the defaults back.
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from dp_fl import _checks
+from dp_fl import exits
+from dp_fl import resources
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import zcdp
@@ -80,6 +83,40 @@ def accounting_seeds(seed: Optional[int]) -> tuple[int, int]:
   if ver == seed:
     raise AssertionError("unreachable: derived verification seed equals --seed")
   return seed, ver
+
+
+# Valid ranges of the numeric flags: outside them a value underflows, overflows or makes the
+# accountant meaningless (e.g. σ² underflowing to 0, e^ε overflowing, a δ that guarantees
+# nothing). (low, high, integer, why).
+FLAG_RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "rounds": (1, resources.MAX_ROUNDS, True, "rounds of training"),
+    "min_sep": (1, resources.MAX_ROUNDS, True, "rounds between two participations"),
+    "max_participations": (1, resources.MAX_ROUNDS, True, "participations per client"),
+    "buffers": (1, 64, True, "BLT buffers"),
+    "noise_multiplier": (1e-3, 1e6, False,
+                         "below, σ² makes ρ = sens²/(2σ²) overflow the ε conversion; above, "
+                         "ρ underflows and ε is 0 to float precision"),
+    "target_epsilon": (1e-3, 700.0, False,
+                       "below, σ for ε underflows the calibration; above, e^ε overflows"),
+    "delta": (1e-100, 0.1, False,
+              "δ is the probability the guarantee fails: above 0.1 it guarantees nothing; "
+              "use e.g. 1e-5, or 1/population^1.1"),
+    "population": (1, 2 ** 53, True, "users"),
+    "clients_per_round": (1e-6, 2 ** 53, False, "expected clients per round"),
+    "epochs": (1, 1_000_000, True, "epochs"),
+    "batches_per_epoch": (1, 1_000_000, True, "bins per epoch"),
+    "mc_samples": (1, 2 ** 53, True, "Monte Carlo samples"),
+}
+
+
+def check_flags(args: argparse.Namespace) -> None:
+  """Refuses any numeric flag outside `FLAG_RANGES`, and an unwritable --report_out,
+  before any work."""
+  for flag, (low, high, integer, why) in FLAG_RANGES.items():
+    value = getattr(args, flag)
+    if value is not None:
+      _checks.check_in_range(f"--{flag}", value, low, high, integer=integer, why=why)
+  resources.check_writable_output("report_out", args.report_out)
 
 
 def _require(sampling: str, **values: Any) -> None:
@@ -226,11 +263,19 @@ def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, t
   cal_seed, ver_seed = accounting_seeds(seed)
 
   rounds = epochs * batches_per_epoch
+  monte_carlo_flags = {"batches_per_epoch": batches_per_epoch, "epochs": epochs,
+                       "mc_samples": mc_samples}
+  monte_carlo = lambda dense: balls_in_bins.monte_carlo_cost(
+      num_bins=batches_per_epoch, num_epochs=epochs, num_samples=mc_samples, dense=dense)
+  resources.require(monte_carlo(False), monte_carlo_flags)  # Before optimizing C.
   # Without amplification a client takes part once per epoch: min-sep >= 1, k = E.
   mechanism = _mechanism(name, params_in, rounds, batches_per_epoch, epochs, buffers,
                          0 if seed is None else seed)
+  c_input = mechanism.lower_triangular_input(rounds)
+  if "matrix" in c_input:  # A dense C (BandMF) adds n x n arrays to the Monte Carlo's.
+    resources.require(monte_carlo(True), monte_carlo_flags)
   pair = balls_in_bins.dominating_pair(num_bins=batches_per_epoch, num_epochs=epochs,
-                                       **mechanism.lower_triangular_input(rounds))
+                                       **c_input)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", balls_in_bins.InsufficientSamplesWarning)
     cal = balls_in_bins.calibrate_noise_multiplier(
@@ -351,12 +396,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                            "OS entropy. min_sep: optimizer starts (default 0)")
   parser.add_argument("--report_out", default=None, help="write the Markdown privacy report")
   parser.add_argument("--format", choices=("table", "json"), default="table")
+  resources.add_budget_flags(parser)
+  exits.add_debug_flag(parser)
   return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Exit codes as in dp_fl/exits.py: 0 released/printed, 2 bad flag (or too large for the
+  budgets), 1 verification failed (no σ released), 3 environment."""
   args = parse_args(argv)
-  try:
+
+  def body() -> int:
+    resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
+    check_flags(args)
     if args.sampling == "min_sep":
       result = matrix_mechanism(
           args.mechanism, args.params_in, args.rounds, args.min_sep, args.max_participations,
@@ -375,14 +427,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           args.mechanism, args.params_in, args.epochs, args.batches_per_epoch, args.buffers,
           args.target_epsilon, args.delta, mc_samples=args.mc_samples, seed=args.seed,
           delta_verify=args.delta_verify, calibration_margin=args.calibration_margin)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  except VerificationFailedError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
-  print(json.dumps(result, indent=2) if args.format == "json" else format_table(result))
-  return 0
+    print(json.dumps(result, indent=2) if args.format == "json" else format_table(result))
+    return exits.COMPLETED
+
+  def verified_body() -> int:
+    try:
+      return body()
+    except VerificationFailedError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return exits.FAILED
+
+  try:
+    return exits.guarded(verified_body, debug=args.debug)
+  finally:
+    resources.set_budgets()  # In-process callers (tests) get the defaults back.
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ CONVERSIONS = (EXACT_GAUSSIAN, CKS, BUN_STEINKE)
 
 # ε above which we stop searching: e^ε overflows float64 shortly after 700.
 _MAX_EPSILON = 700.0
+_MAX_BRACKET = 1e6  # Largest 2ρ whose ε is searched for (beyond: σ is a mistake).
 
 
 def _check_noise_multiplier(noise_multiplier: Any) -> float:
@@ -88,7 +89,15 @@ def rho_from_sensitivity(sensitivity: float, noise_multiplier: float) -> float:
   """
   sens = _checks.check_positive("sensitivity", sensitivity)
   sigma = _check_noise_multiplier(noise_multiplier)
-  return sens * sens / (2.0 * sigma * sigma)
+  denominator = 2.0 * sigma * sigma  # Underflows to 0 for σ below ~1e-154.
+  rho = math.inf if denominator == 0.0 else sens * sens / denominator
+  if not 0.0 < rho < math.inf:
+    raise ValueError(
+        f"`noise_multiplier`={noise_multiplier!r} with sensitivity {sens:.6g} gives ρ = "
+        f"sens² / (2σ²) = {rho!r}, which float64 cannot represent (σ² "
+        f"{'underflows' if rho == math.inf else 'overflows'}); use a noise multiplier "
+        "between about 1e-3 and 1e6.")
+  return rho
 
 
 def gaussian_delta(mu: float, epsilon: float) -> float:
@@ -115,10 +124,14 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
   mu = math.sqrt(2.0 * rho)
   if gaussian_delta(mu, 0.0) <= delta:
     return 0.0
-  hi = max(1.0, mu * mu)
+  hi = max(1.0, mu * mu)  # δ(μ²) is tiny: ε ≤ μ² = 2ρ unless δ is astronomically small.
+  if hi > _MAX_BRACKET:
+    raise ValueError(
+        f"ε for rho={rho!r}, delta={delta!r} is astronomically large (of the order of 2ρ = "
+        f"{hi:.3g}); increase the noise multiplier (smaller ρ).")
   while gaussian_delta(mu, hi) > delta:
     hi *= 2.0
-    if hi > _MAX_EPSILON:
+    if hi > _MAX_EPSILON:  # Checked before e^ε is evaluated beyond float64's range.
       raise ValueError(
           f"ε for rho={rho!r}, delta={delta!r} exceeds {_MAX_EPSILON}; increase the noise "
           "multiplier (smaller ρ) or δ.")

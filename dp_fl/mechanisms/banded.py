@@ -83,6 +83,7 @@ from scipy.linalg import blas
 from scipy.linalg import lapack
 
 from dp_fl import _checks
+from dp_fl import resources
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import streaming
 
@@ -588,18 +589,27 @@ def _interpolate_columns(coarse: np.ndarray, n: int, bands: int) -> np.ndarray:
   return _normalize_columns(fine)[0]
 
 
+def _level_sizes(n: int) -> list[int]:
+  """n of every level `_solve` runs from a cold start, finest first."""
+  sizes = [n]
+  while sizes[-1] >= _COARSEN_MIN_N:
+    sizes.append(-(-sizes[-1] // 2))
+  return sizes
+
+
 def _solve(n: int, bands: int, start: np.ndarray | None, max_iterations: int,
-           tol: float) -> np.ndarray:
+           tol: float, progress: resources.Progress | None = None) -> np.ndarray:
   """Column layout of the optimized column-normalized C (recursive levels).
 
   Each level: polish the last and the first columns exactly (reduced
-  problems), run L-BFGS on all columns, polish both ends again.
+  problems), run L-BFGS on all columns, polish both ends again. `progress`
+  advances by n³ (the level's cost) when a level is done.
   """
   if start is None:
     if n >= _COARSEN_MIN_N:
       coarse_bands = -(-bands // 2) if bands >= _COARSEN_MIN_BANDS else bands
       coarse = _solve(-(-n // 2), coarse_bands, None,
-                      min(max_iterations, _COARSE_ITERATIONS), tol)
+                      min(max_iterations, _COARSE_ITERATIONS), tol, progress)
       start = _interpolate_columns(coarse, n, bands)
     else:
       start = _sqrt_a_start(n, bands)
@@ -614,6 +624,8 @@ def _solve(n: int, bands: int, start: np.ndarray | None, max_iterations: int,
                 curvature, max_iterations, tol)
   cols = _polish_tail(objective, cols, scale, curvature, tol)
   cols = _polish_head(objective, cols, scale, curvature, tol)
+  if progress is not None:
+    progress.advance(float(n) ** 3)
   return _normalize_columns(cols * objective.mask)[0]
 
 
@@ -982,7 +994,11 @@ def optimize_banded(n: int, min_sep: int, max_participations: int, *, bands: int
           f"`initial` must have n={n} and bands={bands}; got n={initial.n}, "
           f"bands={initial.bands}.")
     start = _normalize_columns(initial.columns())[0]
-  cols = _solve(n, bands, start, max_iterations, tol)
+  levels = [n] if start is not None else _level_sizes(n)
+  progress = resources.Progress(f"optimizing BandMF for n={n}",
+                                sum(float(m) ** 3 for m in levels))
+  cols = _solve(n, bands, start, max_iterations, tol, progress)
+  progress.finish()
   if not np.all(cols[:, 0] > 0):
     raise RuntimeError("BandMF optimization left a non-positive diagonal.")
   return BandedMF(_columns_to_rows(cols), BandedSetting(n, bands, min_sep, k))

@@ -45,6 +45,7 @@ import scipy.optimize
 import scipy.special
 
 from dp_fl import _checks
+from dp_fl import resources
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import streaming
 
@@ -854,6 +855,13 @@ def optimize_blt(n: int, min_sep: int, max_participations: int, buffers: int,
   initial_gaps = None if initial is None else _optimizer_gaps(initial)
   k, message = _reduce_participations(n, min_sep, requested)
   rng = np.random.default_rng(seed)
+  # Progress in L-BFGS-B runs: per buffer count, its starts (fresh, warm at the 2d'-1
+  # insertion points, the initial BLT) are screened and `num_polished` of them polished.
+  runs = [(max(num_starts, 3) if d == 1 else num_starts + (2 * d - 1 if warm_start else 0))
+          + (1 if initial is not None and initial.buffers == d else 0)
+          for d in range(1, buffers + 1)]
+  progress = resources.Progress(f"optimizing a {buffers}-buffer BLT for n={n}",
+                                sum(r + min(r, num_polished) for r in runs))
   history = []
   starts = 0
   best = None
@@ -881,6 +889,7 @@ def optimize_blt(n: int, min_sep: int, max_participations: int, buffers: int,
       starts += 1
       y, f = _minimize(_params_from_gaps(gap0, gap_hat0), n, min_sep, k, loss,
                        penalty_strength, screen_iterations, tol, restarts=1)
+      progress.advance(1)
       if np.isfinite(f):
         screened.append((f, y))
     screened.sort(key=lambda fy: fy[0])
@@ -888,6 +897,7 @@ def optimize_blt(n: int, min_sep: int, max_participations: int, buffers: int,
     for _, y0 in screened[:num_polished]:
       y, f = _minimize(y0, n, min_sep, k, loss, penalty_strength,
                        max_iterations, tol)
+      progress.advance(1)
       if np.isfinite(f) and (stage_best is None or f < stage_best[0]):
         stage_best = (f, y)
     if stage_best is None:
@@ -895,6 +905,7 @@ def optimize_blt(n: int, min_sep: int, max_participations: int, buffers: int,
     gap, gap_hat, _, _ = _gaps_from_params(stage_best[1])
     best = (gap, gap_hat)
     history.append((d, stage_best[0]))
+  progress.finish()
   gap, gap_hat = best
   omega = _output_scales_from_gaps(gap, gap_hat)
   setting = BltSetting(n, min_sep, k, buffers, loss)

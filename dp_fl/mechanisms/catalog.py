@@ -32,6 +32,7 @@ import numpy as np
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl import resources
 from dp_fl.mechanisms import banded
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
@@ -118,7 +119,14 @@ class Mechanism(abc.ABC):
     return None
 
   def check_rounds(self, rounds: int) -> int:
-    return streaming.check_rounds(rounds, self.max_rounds, self.name)
+    """`rounds` as an int, refused if the mechanism is not defined for it or if evaluating
+    it for that many rounds would exceed the memory or time budget (`dp_fl.resources`)."""
+    n = streaming.check_rounds(rounds, self.max_rounds, self.name)
+    if self.name in _FAMILIES:
+      estimate = evaluation_cost(self.name, n)
+      resources.require(estimate, {"rounds": n}, fits_up_to=_fits_up_to(
+          lambda m: evaluation_cost(self.name, m), n, estimate))
+    return n
 
   @abc.abstractmethod
   def sensitivity(self, rounds: int, min_sep: int,
@@ -352,16 +360,36 @@ class BuildOptions:
   seed: int = 0  # the optimizer's random starts (public)
 
 
+def _linear_cost(bytes_per_round: float, seconds_per_round: float = 0.0,
+                 what: str = "") -> Callable[[int], resources.Estimate]:
+  """An evaluation cost linear in n (length-n coefficient and error arrays)."""
+  def cost(rounds: int) -> resources.Estimate:
+    return resources.Estimate(
+        f"evaluating {what} for n={rounds} rounds", bytes_per_round * rounds,
+        seconds_per_round * rounds, f"~{bytes_per_round:g} n bytes")
+  return cost
+
+
+def _no_build_cost(options: BuildOptions) -> resources.Estimate:
+  return resources.Estimate("building (nothing to optimize)", 0.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """One mechanism name: how to build (optimize) it and how to restore it from its JSON.
+  """One mechanism name: how to build (optimize) it, restore it from its JSON, and what
+  building and evaluating it cost.
 
   `build` returns the mechanism and notes for the user (e.g. an ignored option).
+  `build_cost(options)` and `evaluation_cost(rounds)` estimate peak memory and time
+  (`dp_fl.resources.Estimate`) before the work starts; `build` and `Mechanism.check_rounds`
+  refuse what exceeds the budget.
   """
   name: str
   description: str
   build: Callable[[BuildOptions], tuple[Mechanism, tuple[str, ...]]]
   from_dict: Callable[[Mapping[str, Any]], Mechanism]
+  build_cost: Callable[[BuildOptions], resources.Estimate] = _no_build_cost
+  evaluation_cost: Callable[[int], resources.Estimate] = _linear_cost(16.0)
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -393,6 +421,33 @@ def family(name: str) -> Family:
   return found
 
 
+def evaluation_cost(name: str, rounds: int) -> resources.Estimate:
+  """Estimated peak memory and time of evaluating mechanism `name` for n rounds."""
+  return family(name).evaluation_cost(rounds)
+
+
+def _fits_up_to(estimate_at: Callable[[int], resources.Estimate], rounds: int,
+                estimate: resources.Estimate) -> Optional[int]:
+  """The most rounds that fit the budgets when `estimate` (at `rounds`) does not."""
+  if (estimate.bytes <= resources.memory_budget()
+      and estimate.seconds <= resources.time_budget()):
+    return None
+  fits = resources.largest_fitting(estimate_at, 1, rounds, resources.memory_budget(),
+                                   resources.time_budget())
+  return fits if fits >= 1 else None
+
+
+def build_options(name: str, *, rounds: int, min_sep: int,
+                  max_participations: Optional[int] = None, buffers: int = 4,
+                  bands: Optional[int] = None, optimize_for: str = "max",
+                  seed: int = 0) -> tuple[BuildOptions, Optional[str]]:
+  """The validated `BuildOptions` of `build` (k capped at ⌈n/b⌉) and the note on it."""
+  family(name)
+  n = _checks.check_positive_int("rounds", rounds)
+  k, note = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
+  return BuildOptions(n, int(min_sep), k, buffers, bands, optimize_for, seed), note
+
+
 def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[int] = None,
           buffers: int = 4, bands: Optional[int] = None, optimize_for: str = "max",
           seed: int = 0) -> Built:
@@ -411,11 +466,21 @@ def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[
 
   Returns:
     A `Built`.
+
+  Raises:
+    ValueError: on bad input, or when building would exceed the memory or time budget of
+      `dp_fl.resources` (checked before any work, naming --rounds and the fix).
   """
   chosen = family(name)
-  n = _checks.check_positive_int("rounds", rounds)
-  k, note = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
-  options = BuildOptions(n, int(min_sep), k, buffers, bands, optimize_for, seed)
+  options, note = build_options(name, rounds=rounds, min_sep=min_sep,
+                                max_participations=max_participations, buffers=buffers,
+                                bands=bands, optimize_for=optimize_for, seed=seed)
+  at = lambda m: chosen.build_cost(dataclasses.replace(
+      options, rounds=m, min_sep=min(options.min_sep, m),
+      bands=None if options.bands is None else min(options.bands, m)))
+  estimate = at(options.rounds)
+  resources.require(estimate, {"rounds": options.rounds},
+                    fits_up_to=_fits_up_to(at, options.rounds, estimate))
   start = time.perf_counter()
   mechanism, notes = chosen.build(options)
   return Built(mechanism, time.perf_counter() - start, ((note,) if note else ()) + notes)
@@ -492,19 +557,57 @@ def _build_bandmf(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
       options.rounds, options.min_sep, options.max_participations, bands=bands)), notes
 
 
+def _blt_build_cost(options: BuildOptions) -> resources.Estimate:
+  """Alg. 4 holds ~d+2 length-n arrays per buffer count and candidate (measured 195 B/round
+  at d = 4, n = 1e5 and 1e6; ~1e-4 s per round at n = 1e5 on two cores)."""
+  d = max(int(options.buffers), 1) if isinstance(options.buffers, int) else 4
+  n = options.rounds
+  return resources.Estimate(
+      f"optimizing a {d}-buffer BLT for n={n} rounds", (32.0 + 42.0 * d) * n + 1e6,
+      2.0 + 2.5e-5 * d * n, f"~{32 + 42 * d} n bytes, ~{2.5e-5 * d:.2g} n s")
+
+
+def _bandmf_build_cost(options: BuildOptions) -> resources.Estimate:
+  """Dense n x n work arrays (measured 75 n² B at n = 1024) and O(n³) flops per
+  evaluation (5.1 s at n = 1024)."""
+  n = options.rounds
+  return resources.Estimate(f"optimizing BandMF for n={n} rounds", 80.0 * n * n + 1e6,
+                            0.5 + 5e-9 * float(n) ** 3,
+                            "dense n x n work arrays, ~80 n² bytes, ~5e-9 n³ s")
+
+
+def _dense_evaluation_cost(what: str, bytes_per_entry: float, seconds_per_cube: float
+                           ) -> Callable[[int], resources.Estimate]:
+  def cost(rounds: int) -> resources.Estimate:
+    return resources.Estimate(
+        f"evaluating {what} for n={rounds} rounds (dense n x n)",
+        bytes_per_entry * float(rounds) ** 2, seconds_per_cube * float(rounds) ** 3,
+        f"~{bytes_per_entry:g} n² bytes")
+  return cost
+
+
 def _tree_from_dict(full: bool) -> Callable[[Mapping[str, Any]], Mechanism]:
   return lambda data: TreeMechanism(full=full, complete=bool(data.get("complete", False)))
 
 
+# Evaluation costs: measured peaks (dp_fl/resources.py docstring) with some headroom. The
+# online tree's sensitivity falls back to the n x n Gram matrix when its exact dynamic program
+# exceeds its work budget, which depends on (b, k); its estimate is that worst case.
 register(Family("blt", BltMechanism.description, _build_blt,
-                lambda data: BltMechanism(blt.Blt.from_dict(data))))
+                lambda data: BltMechanism(blt.Blt.from_dict(data)),
+                build_cost=_blt_build_cost, evaluation_cost=_linear_cost(96.0, 0.0, "a BLT")))
 register(Family("bandmf", BandedMechanism.description, _build_bandmf,
-                lambda data: BandedMechanism(banded.BandedMF.from_dict(data))))
+                lambda data: BandedMechanism(banded.BandedMF.from_dict(data)),
+                build_cost=_bandmf_build_cost,
+                evaluation_cost=_dense_evaluation_cost("BandMF", 32.0, 2e-10)))
 register(Family("tree", "online TreeAgg (Kairouz et al. 2021)",
-                lambda options: (TreeMechanism(full=False), ()), _tree_from_dict(False)))
+                lambda options: (TreeMechanism(full=False), ()), _tree_from_dict(False),
+                evaluation_cost=_dense_evaluation_cost("TreeAgg", 24.0, 0.0)))
 register(Family("tree_full", "TreeAgg-Full (optimal pseudo-inverse decoding)",
-                lambda options: (TreeMechanism(full=True), ()), _tree_from_dict(True)))
+                lambda options: (TreeMechanism(full=True), ()), _tree_from_dict(True),
+                evaluation_cost=_dense_evaluation_cost("TreeAgg-Full", 32.0, 1e-10)))
 register(Family("dpsgd", DpSgdMechanism.description, lambda options: (DpSgdMechanism(), ()),
-                lambda data: DpSgdMechanism()))
+                lambda data: DpSgdMechanism(),
+                evaluation_cost=_linear_cost(16.0, 0.0, "DP-SGD")))
 
 MECHANISMS = names()  # The built-in names (`names()` also lists mechanisms added later).

@@ -103,6 +103,18 @@ class Scheduler(abc.ABC):
   KIND: ClassVar[str] = ""
   VERSION: ClassVar[int] = 1
 
+  @property
+  def skips_empty_rounds(self) -> bool:
+    """Whether a selection with no client is discarded (no row of C) rather than run.
+
+    Only where time, not rows, makes clients eligible again (a device timer in hours):
+    there a skipped round lets the clock move on. Where eligibility counts rows, skipping
+    would never make a client eligible; and under Poisson sampling an empty cohort must
+    still release its noise-only round — skipping it would reveal that nobody was
+    sampled, which the subsampling analysis does not allow for.
+    """
+    return False
+
   def __init__(self, num_clients: int, seed: int):
     self._num_clients = _checks.check_positive_int("num_clients", num_clients)
     self._seed = _checks.check_nonnegative_int("seed", seed)

@@ -254,6 +254,11 @@ class DeviceTimerScheduler(base.Scheduler):
         candidates = np.union1d(candidates, checked)
     return candidates
 
+  @property
+  def skips_empty_rounds(self) -> bool:
+    """A timer in hours: a skipped empty round lets the clock move on (base.Scheduler)."""
+    return self._sep_hours is not None
+
   def _select(self, round_index: int, draw_index: int) -> base.RoundSelection:
     now = self._clock
     waited = 0.0

@@ -88,8 +88,14 @@ class TffParticipation:
 
   def select_round(self) -> TffRound:
     """Selects the next cohort and builds its datasets; nothing is recorded until `commit`
-    (see `base.Scheduler.select_round`)."""
-    return self._datasets(self._scheduler.select_round())
+    (see `base.Scheduler.select_round`). If building a dataset fails, the selection is
+    withdrawn: the scheduler is as before."""
+    selection = self._scheduler.select_round()
+    try:
+      return self._datasets(selection)
+    except BaseException:
+      self._scheduler.withdraw(selection)
+      raise
 
   def commit(self, round_: TffRound) -> None:
     """The round was applied: the ledger records it."""

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Any, Callable, Mapping, Optional
 
+from dp_fl import exits
+from dp_fl import resources
 from dp_fl.training import config as config_lib
 from dp_fl.training import learners
 
@@ -124,12 +127,34 @@ def training_config(args: argparse.Namespace, *, task: str,
   """TrainingConfig from config defaults < task defaults < preset < given flags."""
   values: dict[str, Any] = dict(defaults or {})
   values.update(preset or {})
-  values.update(given(args))
+  user_values = given(args)
+  values.update(user_values)
   values["task"] = task
   missing = [k for k in ("root_dir", "rounds", "clients_per_round") if k not in values]
   if missing:
     raise ValueError(f"{', '.join('--' + k for k in missing)} required.")
-  return config_lib.TrainingConfig(**values)
+  try:
+    return config_lib.TrainingConfig(**values)
+  except ValueError as e:
+    from_preset = {k: v for k, v in (preset or {}).items() if k not in user_values}
+    raise ValueError(as_flags(str(e), from_preset, getattr(args, "preset", None))) from None
+
+
+_FIELD_NAME = re.compile(r"`([a-z_]+)`")
+
+
+def as_flags(message: str, from_preset: Mapping[str, Any] = (),
+             preset_name: Optional[str] = None) -> str:
+  """A TrainingConfig error as the binary's user sees it: fields as `--flags`, and a note for
+  each named value that came from the preset rather than from the user."""
+  fields = {f.name for f in dataclasses.fields(config_lib.TrainingConfig)} - set(_NOT_FLAGS)
+  named = [m for m in _FIELD_NAME.findall(message) if m in fields]
+  text = _FIELD_NAME.sub(lambda m: f"`--{m.group(1)}`" if m.group(1) in fields
+                         else m.group(0), message)
+  notes = [f"--{name}={from_preset[name]!r} comes from --preset={preset_name}, not from your "
+           f"flags: pass --{name} to override it" for name in dict.fromkeys(named)
+           if name in from_preset]
+  return text + ("" if not notes else " (" + "; ".join(notes) + ")")
 
 
 def add_binary_arguments(parser: argparse.ArgumentParser, presets: Mapping[str, Any],
@@ -142,6 +167,8 @@ def add_binary_arguments(parser: argparse.ArgumentParser, presets: Mapping[str, 
   parser.add_argument("--format", choices=("table", "json"), default="table")
   parser.add_argument("-v", "--verbosity", type=int, default=0,
                       help="0 quiet, 1 warnings, 2 info, 3 debug (TF/TFF logs)")
+  exits.add_debug_flag(parser)
+  resources.add_budget_flags(parser)
 
 
 def task_values_and_config(args: argparse.Namespace, presets: Mapping[str, Any],
@@ -166,33 +193,42 @@ def task_values_and_config(args: argparse.Namespace, presets: Mapping[str, Any],
 def run_task_binary(args: argparse.Namespace,
                     settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
                     make_task: Callable[[Any], Any]) -> int:
-  """The body of a task binary's `main` after parsing: returns the exit code.
+  """The body of a task binary's `main` after parsing: returns the exit code (`dp_fl.exits`).
 
   Builds the task and config, calibrates σ if asked, trains inside dp_fl's execution
-  context, prints the summary (table or JSON); a ValueError becomes `error: ...` and exit 2.
+  context, prints the summary (table or JSON). The exit code says how the run ended: 0 all
+  rounds done, 5 target ε, 6 non-finite, 7 no clients, 75 interrupted (resumable); errors:
+  2 bad input, 3 environment, 4 run directory busy, 1 internal (traceback with --debug).
   """
+  return exits.guarded(lambda: _train(args, settings_and_config, make_task),
+                       debug=getattr(args, "debug", False))
+
+
+def _train(args: argparse.Namespace,
+           settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
+           make_task: Callable[[Any], Any]) -> int:
   import json  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
   from dp_fl import runtime  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
-  try:
-    settings, config = settings_and_config(args)
-    print(f"run directory: {config.root_dir}", flush=True)
-    task = make_task(settings)
-    print(task.description, flush=True)
-    with runtime.execution_context():
-      if args.calibrate_epsilon is not None:
-        config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-            config, args.calibrate_epsilon))
-        print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
-              f"{args.calibrate_epsilon:g} at δ = {config.delta:g} for the planned schedule",
-              flush=True)
-      result = program.run(task, config)
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
+  if args.calibrate_epsilon is not None and not (
+      args.calibrate_epsilon > 0 and args.calibrate_epsilon < float("inf")):
+    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
+                     f"{args.calibrate_epsilon!r}. Pass the ε to calibrate σ for, e.g. 8.")
+  settings, config = settings_and_config(args)
+  print(f"run directory: {config.root_dir}", flush=True)
+  task = make_task(settings)
+  print(task.description, flush=True)
+  with runtime.execution_context():
+    if args.calibrate_epsilon is not None:
+      config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
+          config, args.calibrate_epsilon))
+      print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
+            f"{args.calibrate_epsilon:g} at δ = {config.delta:g} for the planned schedule",
+            flush=True)
+    result = program.run(task, config)
   if args.format == "json":
     print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
   else:
     print("\n".join(program.summary_lines(task, result)))
-  return 0
+  return exits.STOP_CODES[result.stopped]

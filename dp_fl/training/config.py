@@ -52,6 +52,12 @@ PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients
                   "reproducible_noise_seed")
 
 
+# Magnitudes a float32 training job and its accountants can represent (issue #18: σ = 1e-300
+# crashed the accountant after a round, σ = 1e300 made every update non-finite).
+NOISE_MULTIPLIER_RANGE = (1e-4, 1e6)
+CLIP_NORM_RANGE = (1e-8, 1e8)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
   """Everything a training run depends on. Validated at construction.
@@ -171,6 +177,16 @@ class TrainingConfig:
     _one_of("availability", self.availability, ("always", "diurnal"))
     _checks.check_positive("clip_norm", self.clip_norm)
     _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
+    if self.noise_multiplier != 0:
+      _checks.check_in_range(
+          "noise_multiplier", self.noise_multiplier, *NOISE_MULTIPLIER_RANGE,
+          why="or 0 with a non-private --mechanism; below it ε is astronomically large and "
+          "σ² underflows in the accountants, above it the noise overflows float32; typical "
+          "0.3–20")
+    _checks.check_in_range(
+        "clip_norm", self.clip_norm, *CLIP_NORM_RANGE,
+        why="clipped updates and their noise must stay representable in float32; typical "
+        "0.01–10")
     for name in ("timer_hours", "round_hours", "client_learning_rate", "server_learning_rate"):
       _checks.check_positive(name, getattr(self, name))
     if not 0 <= self.server_momentum < 1:

@@ -35,6 +35,10 @@ from typing import Any, Callable, Optional
 
 from dp_fl.training import policies as policies_lib
 
+# Rounds in a row with no eligible client before the run stops (a night of the diurnal
+# availability at 0.2 h rounds is ≈ 40; thousands mean the population cannot serve a round).
+MAX_CONSECUTIVE_EMPTY_ROUNDS = 10_000
+
 
 @dataclasses.dataclass
 class Policies:
@@ -56,6 +60,7 @@ class Outcome:
   message: str
   eval_metrics: dict[str, float]
   report: Optional[Any]
+  empty_rounds: int = 0  # Rounds skipped in this call because no client could take part.
 
 
 class TrainingLoop:
@@ -90,6 +95,8 @@ class TrainingLoop:
     self.evaluated_round: Optional[int] = None
     self.last_checkpoint = rounds_done
     self.discards_at_checkpoint = self.discarded()
+    self.empty_rounds = 0  # In this call.
+    self.consecutive_empty = 0
 
   def discarded(self) -> int:
     return self.participation.scheduler.discarded_rounds
@@ -98,8 +105,12 @@ class TrainingLoop:
     """Rounds until the end or a stop; then the final checkpoint, report and evaluation."""
     stop = None
     with self.policies.signal:
-      while self.rounds_done < self.rounds and stop is None:
-        stop = self.policies.limit.check(self.rounds_done) or self.round()
+      try:
+        while self.rounds_done < self.rounds and stop is None:
+          stop = self.policies.limit.check(self.rounds_done) or self.round()
+      except BaseException:
+        self.checkpoint_on_error()
+        raise
     if self.last_checkpoint != self.rounds_done or (
         self.discarded() != self.discards_at_checkpoint):
       self.checkpoint()  # Rounds, or discards (they move the scheduler on), since the last.
@@ -107,19 +118,28 @@ class TrainingLoop:
     if self.rounds_done and self.evaluated_round != self.rounds_done:
       self.evaluate()
     stop = stop or policies_lib.Stop(policies_lib.COMPLETED, "")
-    return Outcome(self.rounds_done, stop.reason, stop.message, self.eval_metrics, report)
+    return Outcome(self.rounds_done, stop.reason, stop.message, self.eval_metrics, report,
+                   self.empty_rounds)
 
   def round(self) -> Optional[policies_lib.Stop]:
     """One round (steps 1-5 of the module docstring); a `Stop` ends the run."""
     pending = self.participation.select_round()
     next_round = self.rounds_done + 1
+    if not pending.client_ids and self.participation.scheduler.skips_empty_rounds:
+      return self.skip_empty_round(pending, next_round)
     if self.policies.budget.active:
       stop = self.policies.budget.check(next_round, self.accountant.epsilon(
           self.participation.scheduler.realized_if(pending.selection)))
       if stop is not None:
         self.participation.withdraw(pending)
         return stop
-    result, metrics = self.learner.next(pending.datasets)
+    try:
+      result, metrics = self.learner.next(pending.datasets)
+    except BaseException:
+      # Nothing of the round was applied or released: its selection is withdrawn, so a
+      # checkpoint written on the way out records only committed rounds.
+      self.participation.withdraw(pending)
+      raise
     verdict, message = self.policies.nonfinite.judge(next_round, metrics,
                                                      len(pending.client_ids))
     if verdict is policies_lib.Verdict.STOP:
@@ -134,14 +154,45 @@ class TrainingLoop:
     self.apply(result, pending, metrics)
     return self.policies.signal.check(self.rounds_done)
 
+  def skip_empty_round(self, pending: Any, next_round: int) -> Optional[policies_lib.Stop]:
+    """No client could take part (e.g. none available at night): nothing is trained.
+
+    Running the round would apply a noise-only update to the model. It is skipped as a
+    discarded round is: the scheme moves on (simulated time passes) but no row of C is used
+    and the ledger records nothing, so the privacy accounting is unchanged (issue #18).
+    """
+    self.participation.discard(pending)
+    self.empty_rounds += 1
+    self.consecutive_empty += 1
+    if self.consecutive_empty == 1 or self.policies.clock.due():
+      self.outputs.progress(
+          f"round {next_round}: no eligible clients; skipped ({self.empty_rounds} empty so "
+          "far; they train nothing and use no privacy)")
+      self.policies.clock.mark()
+    if self.consecutive_empty >= MAX_CONSECUTIVE_EMPTY_ROUNDS:
+      return policies_lib.Stop(policies_lib.NO_CLIENTS, (
+          f"stopped: {self.consecutive_empty} rounds in a row found no eligible client; "
+          "check --availability, --timer_hours and --clients_per_round against the "
+          "population"))
+    return None
+
   def apply(self, result: Any, pending: Any, metrics: dict[str, Any]) -> None:
     """Commits a good round, projects the weights, writes metrics, checkpoints, evaluates."""
     self.learner.commit(result)
     self.participation.commit(pending)
+    self.consecutive_empty = 0
     if self.policies.projection.active:
       self.learner.set_model_weights(
           self.policies.projection.apply(self.learner.model_weights()))
     self.rounds_done += 1
+    if not pending.client_ids:
+      # Run as the scheme requires (base.Scheduler.skips_empty_rounds): the update is the
+      # mechanism's noise alone. Its client metrics are no measurement (TFF sums nothing).
+      self.empty_rounds += 1
+      metrics = {k: (float("nan") if k.startswith("client_work/") else v)
+                 for k, v in metrics.items()}
+      self.outputs.progress(f"round {self.rounds_done}: no client took part; the update is "
+                            f"noise only ({self.empty_rounds} such rounds in this call)")
     metrics.update(clients=len(pending.client_ids), shortfall=pending.selection.shortfall,
                    discarded_rounds=self.discarded(),
                    server_learning_rate=self.learning_rate_at(self.rounds_done - 1))
@@ -154,17 +205,41 @@ class TrainingLoop:
     if cadence.evaluate_after(self.rounds_done):
       self.evaluate()
       report = self.refresh_privacy()
-      epsilon = None if report is None else report.epsilon
+      extra = "eval " + ", ".join(f"{k} {v:.4f}" for k, v in self.eval_metrics.items())
+      if report is not None and self.accountant.report_accountant:
+        # "ε so far" stays the progress accountant's (one method on every line, so it never
+        # goes down as rounds go up); the report's tighter figure is shown beside it.
+        extra = (f"report ε {report.epsilon:.3f} ({self.accountant.report_accountant})  "
+                 + extra)
+        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+      else:
+        epsilon = None if report is None else report.epsilon
       self.outputs.progress(self.meter.line(
-          self.rounds_done, epsilon,
-          "eval " + ", ".join(f"{k} {v:.4f}" for k, v in self.eval_metrics.items()),
-          self.accountant.report_accountant))
+          self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
       self.policies.clock.mark()
     elif self.policies.clock.due():
       self.outputs.progress(self.meter.line(
           self.rounds_done, self.accountant.epsilon(self.participation.scheduler.realized()),
           accountant=self.accountant.progress_accountant))
       self.policies.clock.mark()
+
+  def checkpoint_on_error(self) -> None:
+    """On an error exit: a checkpoint of the last committed round, if it has none yet.
+
+    A failure to write it (e.g. the disk that caused the error) is reported, not raised:
+    the original error is what the user must see.
+    """
+    if self.last_checkpoint == self.rounds_done and (
+        self.discarded() == self.discards_at_checkpoint):
+      return
+    try:
+      self.checkpoint()
+      self.outputs.progress(f"error after round {self.rounds_done}: checkpointed it; rerun "
+                            "the same command to resume from there")
+    except Exception as e:  # pylint: disable=broad-except
+      self.outputs.progress(f"error after round {self.rounds_done}, and its checkpoint "
+                            f"could not be written either ({type(e).__name__}: {e}); the "
+                            f"run resumes from round {self.last_checkpoint}")
 
   def checkpoint(self) -> None:
     self.discards_at_checkpoint = self.discarded()

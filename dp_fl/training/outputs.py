@@ -11,6 +11,8 @@ Run-directory layout (`--root_dir`):
                                  privacy/…)
     privacy_report.json, .md     the latest privacy report (paper 004, App. C)
     summary.json                 the final metrics, privacy and timing of a finished run
+    data_quality.json            what the task's loaders skipped or quarantined (if any)
+    .lock                        held (flock) by the process training in the directory
 
 On resume from a checkpoint after round r, rows with round > r are dropped from the CSV files
 before training continues, so every round appears exactly once. TensorBoard shows the later
@@ -31,11 +33,16 @@ from dp_fl import files
 
 
 class MetricsCsv:
-  """An append-only CSV keyed by `round`, truncated to `resume_round` when opened."""
+  """A CSV keyed by `round`, truncated to `resume_round` when opened.
+
+  Rows are appended; a row for a round already in the file replaces it (a rerun of a
+  finished run evaluates its last round again: one row per round, never two).
+  """
 
   def __init__(self, path: str, resume_round: int):
     self._path = path
     self._fieldnames: Optional[list[str]] = None
+    self._rounds: set[str] = set()
     rows: list[dict[str, str]] = []
     if os.path.exists(path):
       with open(path, newline="", encoding="utf-8") as f:
@@ -43,6 +50,7 @@ class MetricsCsv:
         self._fieldnames = list(reader.fieldnames or [])
         rows = [r for r in reader if r.get("round") and int(r["round"]) <= resume_round]
       self._rewrite(rows)
+      self._rounds = {r["round"] for r in rows}
 
   def _rewrite(self, rows: list[dict[str, str]]) -> None:
     tmp = self._path + ".tmp"
@@ -55,15 +63,17 @@ class MetricsCsv:
 
   def append(self, round_number: int, values: Mapping[str, Any]) -> None:
     row = {"round": round_number, **values}
-    if self._fieldnames is None or set(row) - set(self._fieldnames):
-      # New columns: rewrite the file with the union of the columns.
+    replaces = str(round_number) in self._rounds
+    if self._fieldnames is None or set(row) - set(self._fieldnames) or replaces:
+      # New columns (rewrite with the union of the columns) or a round written again.
       old = []
       if self._fieldnames and os.path.exists(self._path):
         with open(self._path, newline="", encoding="utf-8") as f:
-          old = list(csv.DictReader(f))
+          old = [r for r in csv.DictReader(f) if r.get("round") != str(round_number)]
       self._fieldnames = list(self._fieldnames or []) + [
           k for k in row if k not in (self._fieldnames or [])]
       self._rewrite(old)
+    self._rounds.add(str(round_number))
     with open(self._path, "a", newline="", encoding="utf-8") as f:
       csv.DictWriter(f, fieldnames=self._fieldnames, restval="").writerow(row)
 

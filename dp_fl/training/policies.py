@@ -35,6 +35,7 @@ PAUSED = "paused"
 TARGET_EPSILON = "target_epsilon"
 SIGNAL = "signal"
 NONFINITE = "nonfinite"
+NO_CLIENTS = "no_clients"
 
 # `--on_nonfinite` values.
 ON_NONFINITE = ("stop", "discard")

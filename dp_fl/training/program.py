@@ -52,6 +52,7 @@ from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import policies as policies_lib
 from dp_fl.training import registry
+from dp_fl.training import run_lock
 from dp_fl.training import task as task_lib
 
 MECHANISM_FILE = registry.MECHANISM_FILE
@@ -61,7 +62,7 @@ MECHANISM_FILE = registry.MECHANISM_FILE
 class RunResult:
   """How a call to `run` ended."""
   rounds_completed: int
-  stopped: str  # "completed", "paused", "target_epsilon", "signal", "nonfinite"
+  stopped: str  # "completed", "paused", "target_epsilon", "signal", "nonfinite", "no_clients"
   eval_metrics: dict[str, float]
   epsilon: Optional[float]
   delta: float
@@ -69,6 +70,7 @@ class RunResult:
   resumed_from: Optional[int]
   seconds: float
   message: str = ""
+  empty_rounds: int = 0  # Skipped in this call: no client could take part (loop.py).
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,23 +266,30 @@ class _Start:
 
 
 def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) -> _Start:
-  """Checks the run directory and any checkpoint in it against `config`, then saves config.json
-  and loads (or builds and saves) the mechanism; refuses a resume that would change privacy."""
+  """Validates `config` against the task, the run directory and any checkpoint in it, then —
+  only then — saves config.json and mechanism.json; refuses a resume that would change
+  privacy. A run that fails validation leaves the directory as it found it (issue #18).
+
+  The caller holds the directory's lock (`run_lock`).
+  """
   if task.name != config.task:
     raise ValueError(f"`config.task` is {config.task!r} but the task is {task.name!r}.")
-  check_root_dir(config.root_dir)
   manager = checkpoints_lib.CheckpointManager(
       os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
   restored = manager.restore_latest()
   saved = config_lib.check_saved(config)
-  if restored is not None:  # Before config.json is (re)written.
+  if restored is not None:
     check_checkpoint_privacy(restored, config, saved is not None)
-  config_lib.save(config)
+  else:
+    _refuse_lost_checkpoints(config, manager)
+    if saved is None:
+      _refuse_stray_mechanism(config)
   num_clients = len(task.train_data.client_ids)
   if (num_clients < config.clients_per_round
       and config.participation not in registry.VARIABLE_COHORTS):
-    raise ValueError(f"`clients_per_round`={config.clients_per_round} exceeds the "
-                     f"{num_clients} training clients of task {task.name!r}.")
+    raise ValueError(f"--clients_per_round={config.clients_per_round} exceeds the "
+                     f"{num_clients} training clients of task {task.name!r}; lower it.")
+  _check_resources(config, num_clients)
   mechanism = build_mechanism(config)
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
@@ -290,7 +299,55 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
         f"mechanism (parameters hash {restored.meta['mechanism_sha256'][:12]}…, now "
         f"{str(digest)[:12]}…); {MECHANISM_FILE} in {config.root_dir!r} was changed or "
         "rebuilt. Put back the run's mechanism file, or start a new run in another --root_dir.")
+  config_lib.save(config)  # Everything validated: the run directory is now this run's.
+  save_mechanism(config, mechanism)
   return _Start(manager, restored, mechanism, digest, num_clients)
+
+
+def save_mechanism(config: config_lib.TrainingConfig,
+                   mechanism: Optional[catalog.Mechanism]) -> None:
+  """Writes the run's mechanism.json (once: a resumed run's file is never rewritten)."""
+  path = os.path.join(config.root_dir, MECHANISM_FILE)
+  if mechanism is not None and not os.path.exists(path):
+    catalog.save(mechanism, path)
+
+
+def _refuse_lost_checkpoints(config: config_lib.TrainingConfig,
+                             manager: checkpoints_lib.CheckpointManager) -> None:
+  """No usable checkpoint, but the directory shows trained rounds: refuse to start over.
+
+  Retraining from round 0 would silently overwrite the metrics and, worse, release a second
+  model trained on the same users with fresh noise — a privacy cost the report would omit.
+  """
+  train_csv = os.path.join(config.root_dir, "metrics", "train.csv")
+  rows = len(outputs_lib.read_csv(train_csv)) if os.path.exists(train_csv) else 0
+  leftovers = manager.rounds()
+  if rows or leftovers:
+    evidence = (f"{train_csv} has {rows} trained rounds" if rows else
+                f"{manager.directory} holds checkpoints of rounds {leftovers} that do not verify")
+    raise ValueError(
+        f"--root_dir {config.root_dir!r} holds a run ({evidence}) but no usable checkpoint "
+        "to resume from (deleted or damaged manifests?). Starting over would release a second "
+        "model of the same users that its privacy report would not count. Restore the "
+        "checkpoints, or start a new run in another --root_dir.")
+
+
+def _refuse_stray_mechanism(config: config_lib.TrainingConfig) -> None:
+  """A mechanism.json with neither config.json nor a checkpoint beside it says nothing about
+  the settings it was built for (e.g. left by a failed run of an older version)."""
+  path = os.path.join(config.root_dir, MECHANISM_FILE)
+  if os.path.exists(path):
+    raise ValueError(
+        f"{path} exists but {config_lib.CONFIG_FILE} and checkpoints do not: it was left by a "
+        "run that failed before training (or the rest was deleted), so nothing says which "
+        f"settings it was built for. Delete {path} to build the mechanism afresh, or use "
+        "another --root_dir.")
+
+
+def _check_resources(config: config_lib.TrainingConfig, num_clients: int) -> None:
+  """Refuses a job whose mechanism, accounting or schedule would not fit in memory."""
+  from dp_fl import resources  # pylint: disable=g-import-not-at-top
+  resources.check_training(config, num_clients)
 
 
 def _restore_state(restored: checkpoints_lib.Checkpoint, template: Any) -> Any:
@@ -334,9 +391,18 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
   Returns:
     A `RunResult`. Must be called inside `dp_fl.runtime.execution_context()`.
   """
+  started = time.perf_counter()
+  check_root_dir(config.root_dir)
+  with run_lock.RunDirectoryLock(config.root_dir):
+    return _run_locked(task, config, progress_stream, max_rounds_this_call, started)
+
+
+def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
+                progress_stream: Optional[TextIO], max_rounds_this_call: Optional[int],
+                started: float) -> RunResult:
+  """`run` with the run directory's lock held."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  started = time.perf_counter()
   start = _open_run_directory(task, config)
   entry = registry.mechanism(config.mechanism)
   scheduler_seed, noise_seed = secret_seeds(config)
@@ -355,6 +421,7 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
     rounds_done = resumed_from = start.restored.round
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
+  write_data_quality(task, config.root_dir, outputs)
   learner = learners_lib.runtime(config.runtime).learner(process, state, config.client_epochs,
                                                          config.device)
   del state
@@ -366,25 +433,50 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
                         "task": task.name, "privacy": config.privacy_record(),
                         "mechanism_sha256": start.digest})
 
-  outcome = loop_lib.TrainingLoop(
-      rounds=config.rounds, rounds_done=rounds_done, learner=learner,
-      participation=participation, accountant=accountant, save_checkpoint=save_checkpoint,
-      evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
-      meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
-      policies=_policies(task, config, rounds_done, max_rounds_this_call),
-      learning_rate_at=config.server_learning_rate_at).run()
+  try:
+    outcome = loop_lib.TrainingLoop(
+        rounds=config.rounds, rounds_done=rounds_done, learner=learner,
+        participation=participation, accountant=accountant, save_checkpoint=save_checkpoint,
+        evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
+        meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
+        policies=_policies(task, config, rounds_done, max_rounds_this_call),
+        learning_rate_at=config.server_learning_rate_at).run()
+  except BaseException:
+    learner.close()
+    write_data_quality(task, config.root_dir, outputs)
+    outputs.close()
+    raise
   learner.close()
+  write_data_quality(task, config.root_dir, outputs)
   result = RunResult(
       rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
       eval_metrics=outcome.eval_metrics,
       epsilon=None if outcome.report is None else outcome.report.epsilon, delta=config.delta,
       privacy_report=outcome.report, resumed_from=resumed_from,
-      seconds=time.perf_counter() - started, message=outcome.message)
+      seconds=time.perf_counter() - started, message=outcome.message,
+      empty_rounds=outcome.empty_rounds)
   outputs.summary(_run_summary(task, result, participation.scheduler))
   if result.message:
     outputs.progress(result.message)
   outputs.close()
   return result
+
+
+DATA_QUALITY_FILE = "data_quality.json"
+
+
+def write_data_quality(task: task_lib.Task, root_dir: str, outputs: Any) -> None:
+  """`data_quality.json`: what the task's loaders skipped or quarantined (Task.data_quality),
+  with a progress line when anything was."""
+  if task.data_quality is None:
+    return
+  report = dict(task.data_quality())
+  from dp_fl import files  # pylint: disable=g-import-not-at-top
+  files.atomic_write_json(os.path.join(root_dir, DATA_QUALITY_FILE), report, indent=1)
+  skipped = report.get("skipped")
+  if skipped:
+    outputs.progress(f"data: {skipped} bad records or lines skipped so far (by file and "
+                     f"reason in {os.path.join(root_dir, DATA_QUALITY_FILE)})")
 
 
 def _run_summary(task: task_lib.Task, result: RunResult,
@@ -396,7 +488,8 @@ def _run_summary(task: task_lib.Task, result: RunResult,
       "baseline": dict(task.baseline_metrics), "epsilon": result.epsilon,
       "epsilon_is_upper_bound": result.privacy_report is not None, "delta": result.delta,
       "resumed_from": result.resumed_from, "seconds_this_call": result.seconds,
-      "discarded_rounds": scheduler.discarded_rounds,
+      "discarded_rounds": scheduler.discarded_rounds,  # Non-finite and empty rounds.
+      "empty_rounds_this_call": result.empty_rounds,
       "realized_participation": dataclasses.asdict(scheduler.realized()),
   }
 

@@ -93,6 +93,11 @@ class MechanismEntry(abc.ABC):
                      "has no noise to calibrate.")
 
 
+# The last mechanism optimized in this process, by its build settings: `--calibrate_epsilon`
+# optimizes C before the run starts (and writes nothing); the run then uses that very C.
+_OPTIMIZED: dict[Any, catalog.Mechanism] = {}
+
+
 class DpFtrlEntry(MechanismEntry):
   """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1)."""
 
@@ -106,17 +111,23 @@ class DpFtrlEntry(MechanismEntry):
   def load_or_build(self, config):
     """Loaded from the run directory when resuming (so a resumed run uses exactly the same
     C), else from `mechanism_params`, else optimized for (rounds, min_sep,
-    max_participations); saved to the run directory."""
+    max_participations). Writes nothing: the program saves it to the run directory once the
+    whole configuration has been validated (`program.save_mechanism`), and refuses a
+    mechanism.json that neither a config.json nor a checkpoint vouches for."""
     saved = os.path.join(config.root_dir, MECHANISM_FILE)
     source = saved if os.path.exists(saved) else config.mechanism_params
-    mechanism = catalog.load_or_build(
-        self.name, source, rounds=config.rounds, min_sep=config.min_sep,
-        max_participations=config.max_participations, buffers=config.blt_buffers,
-        bands=config.bandmf_bands, optimize_for=self.optimize_for,
-        seed=config.seed).mechanism
+    build_args = dict(rounds=config.rounds, min_sep=config.min_sep,
+                      max_participations=config.max_participations, buffers=config.blt_buffers,
+                      bands=config.bandmf_bands, optimize_for=self.optimize_for,
+                      seed=config.seed)
+    key = None if source else (self.name, tuple(sorted(build_args.items())))
+    mechanism = _OPTIMIZED.get(key) if key else None
+    if mechanism is None:
+      mechanism = catalog.load_or_build(self.name, source, **build_args).mechanism
+      if key:
+        _OPTIMIZED.clear()  # Keep one: calibration's C, which the run then uses.
+        _OPTIMIZED[key] = mechanism
     mechanism.check_rounds(config.rounds)
-    if source != saved:  # Loaded from the run directory: it is there already.
-      catalog.save(mechanism, saved)
     return mechanism
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None):

@@ -32,6 +32,10 @@ class Task:
       trainable weights after every round (e.g. unit-norm embeddings, paper 001 App. B): a
       function from the list of numpy trainable weights to the projected list.
     description: one line for logs and the summary.
+    data_quality: optional; returns the counts of what the data loaders skipped or
+      quarantined (malformed lines, bad records: totals, per file, per reason), as a
+      JSON-able mapping whose "skipped" entry is the total count. The program writes it to `data_quality.json` in the run directory
+      and warns when anything was skipped.
   """
   name: str
   train_data: Any
@@ -42,6 +46,7 @@ class Task:
   baseline_metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
   project_weights: Optional[Callable[[list[Any]], list[Any]]] = None
   description: str = ""
+  data_quality: Optional[Callable[[], Mapping[str, Any]]] = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:

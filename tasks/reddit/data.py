@@ -2,7 +2,11 @@
 
 Input: the public Reddit comments dump as JSON lines, one comment object per line, with at
 least the fields `author` (str), `body` (str), `subreddit` (str) and `created_utc` (int, or
-a string of decimal digits as in some monthly dumps); files plain, `.gz` or `.bz2`.
+a string of decimal digits as in some monthly dumps); files plain, gzip or bzip2. A file is
+read as what its first bytes say it is (gzip 1f 8b, bzip2 "BZh", else plain text), with a
+note in the summary when its name says otherwise; an xz, zstd or zip archive is a
+`ValueError` (decompress it first), as is a truncated or corrupt compressed stream (the
+message names the file and the last line read).
 
 Pipeline (each step a public function):
 
@@ -58,8 +62,11 @@ import hashlib
 import json
 import os
 import re
+import logging
 import sqlite3
 import struct
+import sys
+import zlib
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -82,6 +89,8 @@ DELETED_BODIES = frozenset({"[deleted]", "[removed]"})
 AUTOMODERATOR = "AutoModerator"
 TRAIN = "train"
 TEST = "test"
+
+_logger = logging.getLogger(__name__)
 
 _AUTHOR_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _TOKEN_RE = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*|[^\sa-z0-9]")
@@ -106,7 +115,9 @@ class ReadSummary:
     malformed: malformed lines by reason.
     dropped: well-formed comments dropped, by reason (`deleted_author`, `deleted_body`,
       `automoderator`).
-    per_file: file path -> (non-blank lines, malformed lines).
+    per_file: file path -> {"format": what its bytes are ("plain", "gzip", "bzip2"),
+      "note": present when the name says another format, "lines": non-blank lines,
+      "comments": comments kept, "malformed": {reason: lines}, "dropped": {reason: count}}.
   """
   lines: int = 0
   comments: int = 0
@@ -118,17 +129,70 @@ class ReadSummary:
   def num_malformed(self) -> int:
     return sum(self.malformed.values())
 
+  @property
+  def num_dropped(self) -> int:
+    return sum(self.dropped.values())
+
   def __str__(self) -> str:
     return (f"{self.lines} lines, {self.comments} comments kept, {self.num_malformed} "
             f"malformed {dict(sorted(self.malformed.items()))}, dropped "
             f"{dict(sorted(self.dropped.items()))}")
 
+  def as_dict(self) -> dict:
+    """The counts as a JSON-able dict (totals, by reason, per file)."""
+    return {"lines": self.lines, "comments": self.comments,
+            "malformed_lines": self.num_malformed,
+            "malformed_by_reason": dict(sorted(self.malformed.items())),
+            "dropped_comments": self.num_dropped,
+            "dropped_by_reason": dict(sorted(self.dropped.items())),
+            "per_file": {path: dict(entry) for path, entry in self.per_file.items()}}
 
-def _open_text(path: str):
-  """Opens a plain, .gz or .bz2 file for reading text lines (UTF-8, undecodable -> U+FFFD)."""
-  if path.endswith(".gz"):
+
+# First bytes -> (format, how to read it, or None: refused with this fix).
+_MAGIC = (
+    (b"\x1f\x8b", "gzip", ".gz"),
+    (b"BZh", "bzip2", ".bz2"),
+    (b"\xfd7zXZ\x00", "xz", None),
+    (b"\x28\xb5\x2f\xfd", "zstd", None),
+    (b"PK\x03\x04", "zip", None),
+)
+_DECOMPRESS = {"xz": "`unxz -k FILE`", "zstd": "`zstd -d --long=31 FILE`",
+               "zip": "`unzip FILE`"}
+_SUFFIX_FORMATS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
+
+
+def detect_format(path: str) -> tuple[str, Optional[str]]:
+  """(what `path`'s first bytes say it is: "plain", "gzip" or "bzip2"; a note or None).
+
+  The note says when the name's suffix claims another format. An xz, zstd or zip archive
+  is a `ValueError` naming the file, what it is and how to decompress it.
+  """
+  with open(path, "rb") as f:
+    head = f.read(8)
+  found = "plain"
+  for magic, name, _ in _MAGIC:
+    if head.startswith(magic):
+      found = name
+      break
+  if found in _DECOMPRESS:
+    raise ValueError(
+        f"File {path!r} is a {found} archive (it starts with {head[:6]!r}), which this "
+        f"reader does not open; decompress it ({_DECOMPRESS[found]}) and pass the JSON-lines "
+        "file (plain, .gz or .bz2).")
+  claimed = next((fmt for suffix, fmt in _SUFFIX_FORMATS.items() if path.endswith(suffix)),
+                 "plain")
+  note = None
+  if claimed != found:
+    note = (f"named as {claimed} but its bytes are {found} "
+            f"{'text' if found == 'plain' else 'compressed'}: read as {found}")
+  return found, note
+
+
+def _open_text(path: str, fmt: str):
+  """Opens a file of format `fmt` for reading text lines (UTF-8, undecodable -> U+FFFD)."""
+  if fmt == "gzip":
     return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-  if path.endswith(".bz2"):
+  if fmt == "bzip2":
     return bz2.open(path, "rt", encoding="utf-8", errors="replace")
   return open(path, "rt", encoding="utf-8", errors="replace")
 
@@ -175,7 +239,9 @@ def read_comments(paths: Sequence[str] | str, summary: Optional[ReadSummary] = N
     `Comment`s.
 
   Raises:
-    ValueError: no paths, a missing file, or a mostly-malformed file.
+    ValueError: no paths, a missing file, a mostly-malformed file, an archive it does not
+      open (xz, zstd, zip), or a truncated or corrupt compressed stream (the message names
+      the file and the last line read).
   """
   if isinstance(paths, (str, os.PathLike)):
     paths = [paths]
@@ -192,10 +258,18 @@ def read_comments(paths: Sequence[str] | str, summary: Optional[ReadSummary] = N
     if not os.path.isfile(path):
       raise ValueError(f"`paths` entry {path!r} is not a file; pass existing JSON-lines "
                        "files (plain, .gz or .bz2).")
-    lines = 0
+    fmt, note = detect_format(path)
+    if note is not None:
+      _logger.warning("%s: %s.", path, note)
+    entry = {"format": fmt, **({"note": note} if note else {}), "lines": 0, "comments": 0,
+             "malformed": {}, "dropped": {}}
+    summary.per_file[path] = entry
     reasons = collections.Counter()
-    with _open_text(path) as f:
-      for line in f:
+    dropped = collections.Counter()
+    lines = 0
+    with _open_text(path, fmt) as f:
+      lines_read = _lines_or_value_error(f, path, fmt)
+      for line in lines_read:
         if not line.strip():
           continue
         lines += 1
@@ -204,24 +278,44 @@ def read_comments(paths: Sequence[str] | str, summary: Optional[ReadSummary] = N
           reasons[reason] += 1
           continue
         if comment.author in DELETED_AUTHORS:
-          summary.dropped["deleted_author"] += 1
+          dropped["deleted_author"] += 1
         elif comment.body.strip() in DELETED_BODIES:
-          summary.dropped["deleted_body"] += 1
+          dropped["deleted_body"] += 1
         elif drop_automoderator and comment.author == AUTOMODERATOR:
-          summary.dropped["automoderator"] += 1
+          dropped["automoderator"] += 1
         else:
           summary.comments += 1
+          entry["comments"] += 1
           yield comment
     summary.lines += lines
     summary.malformed.update(reasons)
+    summary.dropped.update(dropped)
+    entry.update(lines=lines, malformed=dict(sorted(reasons.items())),
+                 dropped=dict(sorted(dropped.items())))
     bad = sum(reasons.values())
-    summary.per_file[path] = (lines, bad)
     if lines and bad > max_malformed_fraction * lines:
       raise ValueError(
           f"File {path!r} is mostly malformed: {bad} of {lines} non-blank lines "
           f"({bad / lines:.0%}) are not valid comments {dict(sorted(reasons.items()))}, "
           f"more than max_malformed_fraction={max_malformed_fraction}. Check that it is "
           "a Reddit comments JSON-lines file, or raise `max_malformed_fraction`.")
+
+
+def _lines_or_value_error(f, path: str, fmt: str) -> Iterator[str]:
+  """The lines of `f`; a truncated or corrupt compressed stream -> ValueError (file, line)."""
+  line_number = 0
+  try:
+    for line in f:
+      line_number += 1
+      yield line
+  except (EOFError, zlib.error, OSError) as e:
+    if isinstance(e, OSError) and e.errno is not None:
+      raise  # A real I/O error (disk, permissions), not the file's content.
+    raise ValueError(
+        f"File {path!r} ({fmt}) is truncated or corrupt: reading stopped after line "
+        f"{line_number} ({type(e).__name__}: {e}). Re-download it, or check it with "
+        f"`{'gzip' if fmt == 'gzip' else 'bzip2'} -t`; a partial file can be read "
+        "once its complete lines are recompressed.") from e
 
 
 def tokenize(text: str) -> list[str]:
@@ -476,9 +570,17 @@ def read_split_arrays(database_path: str, split: str = TRAIN, *,
                        f"({e}); delete it to rebuild the cache.") from e
   if not rows:
     return {}
-  parsed = tf.io.parse_example(
-      tf.constant([r[1] for r in rows]),
-      {k: tf.io.FixedLenFeature(v.shape, v.dtype) for k, v in spec.items()})
+  try:
+    parsed = tf.io.parse_example(
+        tf.constant([r[1] for r in rows]),
+        {k: tf.io.FixedLenFeature(v.shape, v.dtype) for k, v in spec.items()})
+  except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as e:
+    reason = (e.message.splitlines()[0] if isinstance(e, tf.errors.OpError) and e.message
+              else type(e).__name__)
+    raise ValueError(
+        f"{database_path!r} holds records that are not {{x, y}} int64 windows of length "
+        f"{unroll} ({reason}): it is damaged or was built with another `unroll`; delete it "
+        "to rebuild the cache.") from e
   x, y = parsed["x"].numpy(), parsed["y"].numpy()
   ids = np.array([r[0] for r in rows])
   starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
@@ -495,12 +597,26 @@ def batch_dataset(dataset: tf.data.Dataset,
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-  """What `prepare` returns: the database, the vocabulary and the read summary."""
+  """What `prepare` returns: the database, the vocabulary and the read summary.
+
+  Attributes:
+    database_path, vocab, num_train_users, num_test_users: the cache entry.
+    summary: the `ReadSummary` when the files were read by this call; None when the cache
+      entry was read back.
+    data_quality: the counts of what reading skipped, saved with the cache entry (so also
+      when it is read back): `ReadSummary.as_dict()` plus "authors_too_small" (authors left
+      out of training for having fewer than `tokens_per_user` tokens).
+  """
   database_path: str
   vocab: list
   num_train_users: int
   num_test_users: int
   summary: Optional[ReadSummary]
+  data_quality: Mapping = dataclasses.field(default_factory=dict)
+
+
+# Part of the cache key: bump when what a cache entry holds changes.
+_CACHE_VERSION = 2
 
 
 def _fingerprint(paths: Sequence[str], params: dict) -> str:
@@ -524,7 +640,9 @@ def prepare(paths: Sequence[str] | str, cache_dir: str, *,
   The cache entry `<cache_dir>/<fingerprint>/` (fingerprint: the files' absolute paths,
   sizes and mtimes and all the arguments) holds `reddit.sqlite` and `vocab.json`, each
   written to a temporary file and renamed; a later call with the same inputs reads them
-  back (then `summary` is None). Arguments as in `read_comments`, `split_users`,
+  back (then `summary` is None; `data_quality`, saved in `vocab.json`, is still there).
+  When lines were malformed or comments dropped, one line saying how many (by reason) is
+  printed to stderr as the files are read. Arguments as in `read_comments`, `split_users`,
   `build_vocab` and `user_windows`.
   """
   if isinstance(paths, (str, os.PathLike)):
@@ -536,23 +654,50 @@ def prepare(paths: Sequence[str] | str, cache_dir: str, *,
   params = dict(vocab_size=vocab_size, tokens_per_user=tokens_per_user,
                 test_fraction=test_fraction, seed=seed, unroll=unroll,
                 max_malformed_fraction=max_malformed_fraction,
-                drop_automoderator=drop_automoderator, min_users=min_users)
+                drop_automoderator=drop_automoderator, min_users=min_users,
+                cache_version=_CACHE_VERSION)
   directory = os.path.join(os.path.expanduser(os.fspath(cache_dir)),
                            _fingerprint(paths, params))
   db = os.path.join(directory, "reddit.sqlite")
   meta_path = os.path.join(directory, "vocab.json")
   if os.path.isfile(db) and os.path.isfile(meta_path):
-    with open(meta_path, encoding="utf-8") as f:
-      meta = json.load(f)
-    return Prepared(db, meta["vocab"], meta["num_train_users"], meta["num_test_users"], None)
+    meta = _read_meta(meta_path)
+    return Prepared(db, meta["vocab"], meta["num_train_users"], meta["num_test_users"], None,
+                    meta["data_quality"])
   summary = ReadSummary()
   comments = read_comments(paths, summary, max_malformed_fraction=max_malformed_fraction,
                            drop_automoderator=drop_automoderator)
   splits = split_users(comments, summary=summary, tokens_per_user=tokens_per_user,
                        test_fraction=test_fraction, seed=seed, min_users=min_users)
+  if summary.num_malformed or summary.num_dropped:
+    print(f"Reddit data ({len(paths)} file(s)): {summary.num_malformed} malformed line(s) "
+          f"skipped {dict(sorted(summary.malformed.items()))}, {summary.num_dropped} "
+          f"comment(s) dropped {dict(sorted(summary.dropped.items()))}, of {summary.lines} "
+          "lines.", file=sys.stderr)
+  quality = {"skipped": summary.num_malformed,  # Task.data_quality's total: bad lines.
+             **summary.as_dict(), "authors_too_small": splits.num_too_small}
   vocab = build_vocab(splits.train, vocab_size)
   os.makedirs(directory, exist_ok=True)
   make_sql_client_data(splits, vocab, db, unroll=unroll, vocab_size=vocab_size)
   files.atomic_write_json(meta_path, {"vocab": vocab, "num_train_users": len(splits.train),
-                                      "num_test_users": len(splits.test)})
-  return Prepared(db, vocab, len(splits.train), len(splits.test), summary)
+                                      "num_test_users": len(splits.test),
+                                      "data_quality": quality})
+  return Prepared(db, vocab, len(splits.train), len(splits.test), summary, quality)
+
+
+def _read_meta(meta_path: str) -> dict:
+  """A cache entry's `vocab.json`, checked; a damaged one is a ValueError with the fix."""
+  fix = (f"delete its directory {os.path.dirname(meta_path)!r} to rebuild the cache entry "
+         "from the comment files.")
+  try:
+    with open(meta_path, encoding="utf-8") as f:
+      meta = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f"The prepared-data cache file {meta_path!r} is not valid JSON ({e}); "
+                     f"{fix}") from e
+  keys = ("vocab", "num_train_users", "num_test_users", "data_quality")
+  if not isinstance(meta, dict) or any(k not in meta for k in keys):
+    found = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+    raise ValueError(f"The prepared-data cache file {meta_path!r} lacks keys (expected "
+                     f"{list(keys)}, found {found}); {fix}")
+  return meta

@@ -8,7 +8,8 @@ vocabulary counted, each user cut into (x, y) windows; `<prepared_cache_dir>/<fi
 and later runs read that cache. The training clients are then held in memory
 (`InMemoryClientData`, loaded from the database in one query by `data.read_split_arrays`):
 TFF's per-client `SqlClientData` dataset costs ~0.1 s, which dominates a round of small
-clients.
+clients. What reading skipped (malformed lines and dropped comments, by reason and per file;
+`data.ReadSummary`) is saved with the cache and reported as the task's `data_quality`.
 Model, loss and AccuracyTop1: `tasks/reddit/model.py` (tied unit-norm embeddings, re-projected
 after every server update through `Task.project_weights`; 1,346,528 parameters at the paper's
 sizes: vocabulary 10,000, embedding 96, LSTM 256).
@@ -163,6 +164,7 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
       baseline_metrics={f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y,
                                                                     settings.vocab_size)},
       project_weights=model.project_weights,
+      data_quality=functools.partial(dict, prepared.data_quality),
       description=(f"Reddit next-word prediction ({source}; vocabulary "
                    f"{len(prepared.vocab)} of {settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
                    f"{len(train)} train users of {settings.tokens_per_user} tokens, "

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from typing import Any, Optional, Sequence
 
+from dp_fl import exits
+from dp_fl import files
 from dp_fl import runtime
 
 DEFAULT_MECHANISMS = ("none", "clip", "dpsgd", "tree", "bandmf", "blt")
@@ -65,6 +67,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   runtime.configure_logging(args.verbosity)
   runtime.install_signal_handlers()
+  return exits.guarded(lambda: _compare(args), debug=args.debug)
+
+
+def _compare(args: argparse.Namespace) -> int:
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import train  # pylint: disable=g-import-not-at-top
@@ -72,9 +78,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   mechanisms = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
   unknown = [m for m in mechanisms if m not in DEFAULT_MECHANISMS]
   if unknown or not mechanisms:
-    print(f"error: `--mechanisms` must be a comma-separated subset of {DEFAULT_MECHANISMS}; "
-          f"got {args.mechanisms!r}.", file=sys.stderr)
-    return 2
+    raise ValueError(f"`--mechanisms` must be a comma-separated subset of "
+                     f"{DEFAULT_MECHANISMS}; got {args.mechanisms!r}.")
+  if args.root_dir is not None:
+    raise ValueError(f"--root_dir={args.root_dir!r} is not used by compare: it writes one run "
+                     "per mechanism under --out_dir (<out_dir>/<mechanism>). Pass --out_dir.")
+  if not args.calibrate_epsilon > 0 or args.calibrate_epsilon == float("inf"):
+    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
+                     f"{args.calibrate_epsilon!r}.")
   rows = []
   try:
     settings, base = train.settings_and_config(args)
@@ -99,17 +110,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "epsilon": result.epsilon, "delta": config.delta,
             "rounds": result.rounds_completed, "seconds": result.seconds,
         })
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  except ValueError as e:  # The runs' directories are compare's --out_dir/<mechanism>.
+    raise ValueError(str(e).replace("`--root_dir`", "`--out_dir`").replace(
+        "--root_dir", "--out_dir")) from None
   synthetic = args.data_dir is None
   output = {"target_epsilon": args.calibrate_epsilon, "synthetic_data": synthetic,
             "preset": args.preset, "baseline": dict(task.baseline_metrics), "rows": rows}
-  with open(os.path.join(args.out_dir, "comparison.json"), "w", encoding="utf-8") as f:
-    json.dump(output, f, indent=1)
+  files.atomic_write_json(os.path.join(args.out_dir, "comparison.json"), output, indent=1)
   markdown = _markdown(rows, args.calibrate_epsilon, synthetic, dict(task.baseline_metrics))
-  with open(os.path.join(args.out_dir, "comparison.md"), "w", encoding="utf-8") as f:
-    f.write(markdown)
+  files.atomic_write_text(os.path.join(args.out_dir, "comparison.md"), markdown)
   print(json.dumps(output, indent=1) if args.format == "json" else markdown)
   return 0
 

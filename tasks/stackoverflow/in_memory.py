@@ -6,10 +6,16 @@ the token ids (`TokenizedClients`); then each client's dataset is `from_tensor_s
 its arrays (`InMemoryClientData`, ~1 ms) instead of an SQLite query and TFF's preprocessing
 pipeline per client and round (`tasks.stackoverflow.preprocessing.make_train_client_data`,
 ~0.1 s): exactly the same batches. For corpora that fit in memory.
+
+Bad records are checked and quarantined as `tasks.stackoverflow.database.CheckedClientData`
+does (`database.check_records`, counted in a `database.Quarantine`): a client's dataset holds
+its good records, in order; more than `database.MAX_BAD_FRACTION` of the records read bad is
+a `ValueError`.
 """
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -27,10 +33,10 @@ _TOKENIZE_CHUNK = 1 << 16
 
 
 class _Tokenizer:
-  """TFF's `build_to_ids_fn`, applied to many serialized examples at once.
+  """TFF's `build_to_ids_fn`, applied to many sentences at once.
 
-  The same TF ops as TFF's per-example function (`tf.io.parse_example` of the scalar
-  `tokens` feature, `tf.strings.split(sep=' ')`, the first `sequence_length` words, the same
+  The same TF ops as TFF's per-example function (on the scalar `tokens` feature as TFF's
+  parser gives it, `database.check_records`: `tf.strings.split(sep=' ')`, the first `sequence_length` words, the same
   `StaticVocabularyTable` (so OOV words get TF's own Fingerprint64 hash buckets), + 1, EOS when
   fewer than `sequence_length` words, BOS first), vectorized over a chunk; then padded with 0
   to `sequence_length + 1` ids as TFF's `padded_batch` does. Exact by construction.
@@ -47,17 +53,15 @@ class _Tokenizer:
                                             tf.range(len(vocab), dtype=tf.int64)),
         num_oov_buckets=num_oov_buckets)
 
-  def __call__(self, blobs: list[bytes]) -> np.ndarray:
-    """[len(blobs), sequence_length + 1] token ids, one row per serialized example."""
-    tokens = tf.io.parse_example(
-        tf.constant(blobs, dtype=tf.string),
-        {"tokens": tf.io.FixedLenFeature(dtype=tf.string, shape=())})["tokens"]
+  def __call__(self, sentences: np.ndarray) -> np.ndarray:
+    """[len(sentences), sequence_length + 1] token ids, one row per `tokens` value."""
+    tokens = tf.constant(sentences, dtype=tf.string, shape=[len(sentences)])
     words = tf.strings.split(tokens, sep=" ")[:, :self._length]
     ids = (self._table.lookup(words.flat_values) + 1).numpy()
     lengths = words.row_lengths().numpy()
-    out = np.zeros((len(blobs), self._length + 1), dtype=self._dtype)
+    out = np.zeros((len(sentences), self._length + 1), dtype=self._dtype)
     out[:, 0] = self._bos
-    rows = np.repeat(np.arange(len(blobs)), lengths)
+    rows = np.repeat(np.arange(len(sentences)), lengths)
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     out[rows, 1 + np.arange(ids.size) - starts] = ids
     short = np.flatnonzero(lengths < self._length)
@@ -101,6 +105,7 @@ class TokenizedClients(Mapping[str, tuple[np.ndarray, np.ndarray]]):
     self._offsets = offsets
     self._num_elements = num_elements
     self.sequence_length = sequence_length
+    self.quarantine: Optional[database.Quarantine] = None  # Set by load_tokenized_clients.
 
   @property
   def client_ids(self) -> list[str]:
@@ -158,6 +163,7 @@ def load_tokenized_clients(
     sequence_length: int = preprocessing.DEFAULT_SEQUENCE_LENGTH,
     num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS,
     max_elements_per_client: Optional[int] = None, num_epochs: int = 1,
+    quarantine: Optional[database.Quarantine] = None,
 ) -> TokenizedClients:
   """Every client of `split`, tokenized exactly as `make_train_client_data`, in memory.
 
@@ -166,9 +172,11 @@ def load_tokenized_clients(
   (`SqlClientData`: `SELECT ... WHERE client_id = ... and split_name = ...`, no ORDER BY)
   returns a client's rows, whether SQLite answers it from the (client_id, split_name) index
   or by a table scan. Clients are those of `client_metadata` (TFF's `client_ids`, sorted).
-  Sentences beyond a client's first `max_elements_per_client` are not parsed. Parsing and
-  tokenization use TFF's own ops and vocabulary table, batched (`_Tokenizer`), so the ids,
-  OOV hash buckets included, are TFF's.
+  Records are checked (`database.check_records`) and the bad ones quarantined: a client's
+  elements are its good sentences (the cap counts good ones), and its bad records are
+  counted in `quarantine`. Sentences beyond a client's first `max_elements_per_client`
+  good ones are not parsed. Parsing and tokenization use TFF's own ops and vocabulary table,
+  batched (`_Tokenizer`), so the ids, OOV hash buckets included, are TFF's.
 
   Memory: 4 * (sequence_length + 1) bytes per stored sentence (about 10 MB for the default
   synthetic corpus; the real train split, 135M sentences, fits only with a cap).
@@ -182,9 +190,16 @@ def load_tokenized_clients(
     max_elements_per_client: cap on a client's elements, counted after the epochs (TFF's
       `ClientSpec.max_elements`; None: no cap).
     num_epochs: passes over a client's sentences.
+    quarantine: where to count the bad records (`load_client_data(...)[0].quarantine`, so
+      that the task reports them); None: a new one, `TokenizedClients.quarantine`.
 
   Returns:
     The `TokenizedClients` (client id -> (x, y) int64 arrays).
+
+  Raises:
+    ValueError: bad arguments, a bad file (`database.check_database`), or more than
+      `database.MAX_BAD_FRACTION` of the records read bad (the message names the file, the
+      counts by reason and the first bad record's client and rowid).
   """
   vocab = vocab_lib.check_vocab(vocab)
   if split not in database.SPLITS:
@@ -195,52 +210,128 @@ def load_tokenized_clients(
   cap = max_elements_per_client
   if cap is not None:
     cap = _checks.check_positive_int("max_elements_per_client", cap)
-  chunks: list[np.ndarray] = []
-  owners: list[int] = []  # The client position of every stored sentence, in row order.
+  if quarantine is not None and not isinstance(quarantine, database.Quarantine):
+    raise ValueError(f"`quarantine` must be a database.Quarantine or None; got "
+                     f"{type(quarantine).__name__}.")
   with database.open_database(data_dir) as (path, connection):
-    tokenize = _Tokenizer(vocab, sequence_length, num_oov_buckets)
-    client_ids = sorted(client_id for client_id, in connection.execute(
-        "SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?;", (split,)))
-    index = {client_id: i for i, client_id in enumerate(client_ids)}
-    totals = [0] * len(client_ids)
-    blobs: list[bytes] = []
-    for client_id, blob in connection.execute(
-        "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? "
-        "ORDER BY rowid;", (split,)):
-      i = index.get(client_id)
-      if i is None:  # Not in client_metadata: not a client for TFF either.
-        continue
-      totals[i] += 1
-      if cap is not None and totals[i] > cap:
-        continue
-      owners.append(i)
-      blobs.append(bytes(blob))
-      if len(blobs) == _TOKENIZE_CHUNK:
-        chunks.append(_tokenize_checked(tokenize, blobs, path, split))
-        blobs = []
-    if blobs:
-      chunks.append(_tokenize_checked(tokenize, blobs, path, split))
-  owner = np.asarray(owners, dtype=np.int64)
-  rows = (np.concatenate(chunks) if chunks
+    if quarantine is None:
+      quarantine = database.Quarantine(path)
+    reader = _SplitReader(_Tokenizer(vocab, sequence_length, num_oov_buckets), cap, split,
+                          sorted(client_id for client_id, in connection.execute(
+                              "SELECT DISTINCT client_id FROM client_metadata WHERE "
+                              "split_name = ?;", (split,))))
+    reader.read(connection.execute(
+        "SELECT rowid, client_id, serialized_example_proto FROM examples WHERE "
+        "split_name = ? ORDER BY rowid;", (split,)))
+    # A client whose bad records showed up after later records of it were skipped for the
+    # cap (rare): read again alone, in order.
+    for i in sorted(reader.short):
+      reader.reread(i, connection.execute(
+          "SELECT rowid, client_id, serialized_example_proto FROM examples WHERE "
+          "client_id = ? AND split_name = ? ORDER BY rowid;", (reader.client_ids[i], split)))
+  reader.report(path, quarantine)
+  owner = np.asarray(reader.owners, dtype=np.int64)
+  rows = (np.concatenate(reader.chunks) if reader.chunks
           else np.zeros((0, sequence_length + 1), dtype=np.int32))
+  kept = owner >= 0
+  owner, rows = owner[kept], rows[kept]
   rows = rows[np.argsort(owner, kind="stable")]  # Client by client, stored order within.
-  offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(client_ids)))])
-  num_elements = np.asarray(totals, dtype=np.int64) * num_epochs
+  good = np.bincount(owner, minlength=len(reader.client_ids))
+  offsets = np.concatenate([[0], np.cumsum(good)])
+  num_elements = good.astype(np.int64) * num_epochs
   if cap is not None:
     num_elements = np.minimum(num_elements, cap)
-  return TokenizedClients(client_ids, rows, offsets.astype(np.int64), num_elements,
-                          sequence_length)
+  clients = TokenizedClients(reader.client_ids, rows, offsets.astype(np.int64), num_elements,
+                             sequence_length)
+  clients.quarantine = quarantine
+  return clients
 
 
-def _tokenize_checked(tokenize: _Tokenizer, blobs: list[bytes], path: str,
-                      split: str) -> np.ndarray:
-  try:
-    return tokenize(blobs)
-  except tf.errors.InvalidArgumentError as e:
-    raise ValueError(
-        f"StackOverflow data file {path}: an example of split {split!r} is not a serialized "
-        f"tf.train.Example with a scalar bytes feature 'tokens', as TFF's load_data expects "
-        f"({e.message.splitlines()[0] if e.message else type(e).__name__}).") from e
+class _SplitReader:
+  """The state of `load_tokenized_clients`'s scan: checked, tokenized chunks by client."""
+
+  def __init__(self, tokenize: _Tokenizer, cap: Optional[int], split: str,
+               client_ids: list[str]):
+    self.tokenize = tokenize
+    self.cap = cap
+    self.split = split
+    self.client_ids = client_ids
+    self.index = {client_id: i for i, client_id in enumerate(client_ids)}
+    self.chunks: list[np.ndarray] = []
+    self.owners: list[int] = []  # Client position of each tokenized row (-1: dropped).
+    self.read_count = [0] * len(client_ids)  # Records read (checked or pending).
+    self.good = [0] * len(client_ids)  # Good records found.
+    self.pending = [0] * len(client_ids)  # Records read, not checked yet.
+    self.skipped = [False] * len(client_ids)  # Records skipped for the cap.
+    self.problems: dict[int, list[tuple[int, int, str, str]]] = {}  # i -> (pos, rowid, ...)
+    self.short: set[int] = set()
+    self._batch: list[tuple[int, int, int, bytes]] = []  # (client, position, rowid, blob).
+
+  def read(self, rows: Any) -> None:
+    for rowid, client_id, blob in rows:
+      i = self.index.get(client_id)
+      if i is None:  # Not in client_metadata: not a client for TFF either.
+        continue
+      if self.cap is not None and self.good[i] + self.pending[i] >= self.cap:
+        self.skipped[i] = True
+        continue
+      self._batch.append((i, self.read_count[i], rowid, bytes(blob)))
+      self.read_count[i] += 1
+      self.pending[i] += 1
+      if len(self._batch) == _TOKENIZE_CHUNK:
+        self._flush()
+    self._flush()
+
+  def _flush(self) -> None:
+    if not self._batch:
+      return
+    batch, self._batch = self._batch, []
+    result = database.check_records([blob for _, _, _, blob in batch])
+    owners = [i for (i, _, _, _), ok in zip(batch, result.good) if ok]
+    for i, _, _, _ in batch:
+      self.pending[i] -= 1
+    for i in owners:
+      self.good[i] += 1
+    for position, reason, detail in result.problems:
+      i, client_position, rowid, _ = batch[position]
+      self.problems.setdefault(i, []).append((client_position, rowid, reason, detail))
+      if self.skipped[i]:
+        self.short.add(i)
+    if len(owners):
+      self.chunks.append(self.tokenize(result.tokens))
+      self.owners.extend(owners)
+
+  def reread(self, i: int, rows: Any) -> None:
+    """Replaces client `i`'s rows by all of its `rows`, then keeps its first `cap` good ones."""
+    self.owners = [-1 if owner == i else owner for owner in self.owners]
+    self.read_count[i] = self.good[i] = 0
+    self.problems.pop(i, None)
+    cap, self.cap = self.cap, None
+    start = len(self.owners)
+    self.read(rows)
+    self.cap = cap
+    for k in [k for k in range(start, len(self.owners)) if self.owners[k] == i][cap:]:
+      self.owners[k] = -1
+    self.good[i] = min(self.good[i], cap)
+
+  def report(self, path: str, quarantine: database.Quarantine) -> None:
+    """Counts every client in `quarantine`; refuses a split whose reads are mostly bad."""
+    for i, client_id in enumerate(self.client_ids):
+      quarantine.add(self.split, client_id, self.read_count[i],
+                     [(p, rowid, reason) for p, rowid, reason, _ in self.problems.get(i, [])])
+    bad = sum(len(p) for p in self.problems.values())
+    read = sum(self.read_count)
+    if bad and bad > database.MAX_BAD_FRACTION * read:
+      first = min(self.problems, key=lambda i: self.problems[i][0][1])
+      _, rowid, reason, detail = self.problems[first][0]
+      reasons = collections.Counter(r for p in self.problems.values() for _, _, r, _ in p)
+      raise ValueError(
+          f"StackOverflow data file {path}: {bad} of the {read} records read from split "
+          f"{self.split!r} are bad {dict(sorted(reasons.items()))}, more than "
+          f"{database.MAX_BAD_FRACTION:.0%}; e.g. record rowid {rowid} of client "
+          f"{self.client_ids[first]!r} {detail} ({reason}). Expected TFF's "
+          f"{database.DATABASE_FILENAME}: re-download it (a synthetic corpus is regenerated "
+          "once its file is deleted).")
 
 
 class InMemoryClientData(tff.simulation.datasets.ClientData):
@@ -322,6 +413,7 @@ def make_train_client_data_in_memory(
     max_elements_per_client: Optional[int], *, num_epochs: int = 1,
     sequence_length: int = preprocessing.DEFAULT_SEQUENCE_LENGTH,
     num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, split: str = "train",
+    quarantine: Optional[database.Quarantine] = None,
 ) -> InMemoryClientData:
   """`make_train_client_data(load_client_data(data_dir)[0], ...)`, held in memory.
 
@@ -341,6 +433,7 @@ def make_train_client_data_in_memory(
     sequence_length: words per sentence kept (20 in the paper's setting).
     num_oov_buckets: OOV buckets (1 in the paper's setting).
     split: the split whose clients to load ("train"; "heldout" and "test" also work).
+    quarantine: where to count bad records (see `load_tokenized_clients`).
 
   Returns:
     An `InMemoryClientData`.
@@ -348,5 +441,6 @@ def make_train_client_data_in_memory(
   batch_size = _checks.check_positive_int("batch_size", batch_size)
   clients = load_tokenized_clients(
       data_dir, split, vocab, sequence_length=sequence_length, num_oov_buckets=num_oov_buckets,
-      max_elements_per_client=max_elements_per_client, num_epochs=num_epochs)
+      max_elements_per_client=max_elements_per_client, num_epochs=num_epochs,
+      quarantine=quarantine)
   return InMemoryClientData(clients, batch_size)

@@ -24,6 +24,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
 
 from dp_fl import _checks
+from tasks.stackoverflow import database
 from tasks.stackoverflow import vocab as vocab_lib
 
 DEFAULT_SEQUENCE_LENGTH = tff.simulation.baselines.stackoverflow.DEFAULT_SEQUENCE_LENGTH  # 20
@@ -105,7 +106,8 @@ def make_eval_dataset(
 
   Returns:
     The dataset, deterministic: clients in sorted-id order, each one's sentences in stored
-    order.
+    order. From a `database.CheckedClientData` (`load_client_data`), the clients are
+    checked first (counted in its quarantine) and their bad records left out.
   """
   _check_client_data("client_data", client_data)
   seed = _checks.check_nonnegative_int("seed", seed)
@@ -120,6 +122,8 @@ def make_eval_dataset(
     max_elements_per_client = _checks.check_positive_int("max_elements_per_client",
                                                          max_elements_per_client)
   take = -1 if max_elements_per_client is None else max_elements_per_client
+  if isinstance(client_data, database.CheckedClientData):
+    client_data.check_clients(client_ids)
   dataset_fn = client_data.serializable_dataset_fn
   sentences = tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
       lambda client_id: dataset_fn(client_id).take(take))

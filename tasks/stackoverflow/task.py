@@ -5,7 +5,8 @@ Data in TFF's own SQLite format (`stackoverflow.sqlite`, read by TFF's unmodifie
 `tasks/stackoverflow/synthetic.py` (same format, generated once and cached). Preprocessing as
 TFF's baseline (vocabulary + 1 OOV bucket, 20 words, BOS/EOS/pad, per-client cap, batches);
 model: embedding → LSTM → projection → softmax over the extended vocabulary (at the paper's
-sizes, 96 / 670 / 96 and vocabulary 10000: 4,050,748 parameters).
+sizes, 96 / 670 / 96 and vocabulary 10000: 4,050,748 parameters). Bad records of the file
+are quarantined (`database.Quarantine`) and reported as the task's `data_quality`.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   if settings.in_memory:
     train_data = in_memory.make_train_client_data_in_memory(
         directory, vocab, settings.batch_size, settings.max_elements_per_client,
-        sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets)
+        sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets,
+        quarantine=train.quarantine)
   else:
     train_data = preprocessing.make_train_client_data(
         train, vocab, settings.batch_size, settings.max_elements_per_client,
@@ -112,6 +114,7 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       loss_fn=model.loss_fn,
       metrics_fn=functools.partial(model.metrics_fn, vocab_size, settings.num_oov_buckets),
       baseline_metrics={f"unigram_{k}": v for k, v in baseline.items()},
+      data_quality=train.quarantine.summary,
       description=(f"StackOverflow next-word prediction ({source}; vocabulary {vocab_size} + "
                    f"{settings.num_oov_buckets} OOV, LSTM {settings.lstm_size}, "
                    f"{len(train.client_ids)} train clients)"))

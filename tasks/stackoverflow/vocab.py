@@ -49,6 +49,9 @@ ACCURACY = "accuracy"
 ACCURACY_WITHOUT_OOV = "accuracy_without_out_of_vocab"
 ACCURACY_WITHOUT_OOV_OR_EOS = "accuracy_without_out_of_vocab_or_end_of_sentence"
 
+# Records checked per batched parse when counting words.
+_CHECK_CHUNK = 1 << 16
+
 _logger = logging.getLogger(__name__)
 
 
@@ -176,8 +179,9 @@ def count_train_words(data_dir: str) -> dict[str, int]:
 
   The count of a word is the number of train clients with at least one sentence containing
   it (ties: more occurrences first, then alphabetical). Reads the database directly
-  (sqlite3 + protobuf): seconds for the synthetic corpus; use the real word-count file for
-  the real data.
+  (sqlite3, then TFF's parser a client at a time, `database.check_records`): seconds for the
+  synthetic corpus; use the real word-count file for the real data. Bad records (those the
+  training clients quarantine) are left out, and their number logged.
 
   Args:
     data_dir: the directory holding `stackoverflow.sqlite`.
@@ -187,19 +191,36 @@ def count_train_words(data_dir: str) -> dict[str, int]:
   """
   clients: collections.Counter = collections.Counter()
   occurrences: collections.Counter = collections.Counter()
-  with database.open_database(data_dir) as (_, connection):
-    current, words = None, set()
-    for client_id, blob in connection.execute(
-        "SELECT client_id, serialized_example_proto FROM examples "
-        "WHERE split_name = 'train' ORDER BY client_id;"):
+  bad: collections.Counter = collections.Counter()
+  current, words = None, set()  # The client being counted and its words so far.
+
+  def count(rows: list[tuple[str, bytes]]) -> None:
+    nonlocal current, words
+    result = database.check_records([blob for _, blob in rows])
+    bad.update(result.reasons())
+    owners = (client_id for (client_id, _), ok in zip(rows, result.good) if ok)
+    for client_id, tokens in zip(owners, result.tokens):
       if client_id != current:
         clients.update(words)
         current, words = client_id, set()
-      tokens = tf.train.Example.FromString(bytes(blob)).features.feature["tokens"]
-      sentence = tokens.bytes_list.value[0].decode("utf-8").split(" ")
+      sentence = tokens.decode("utf-8").split(" ")
       occurrences.update(sentence)
       words.update(sentence)
-    clients.update(words)
+
+  with database.open_database(data_dir) as (path, connection):
+    rows = []
+    for client_id, blob in connection.execute(
+        "SELECT client_id, serialized_example_proto FROM examples "
+        "WHERE split_name = 'train' ORDER BY client_id;"):
+      rows.append((client_id, bytes(blob)))
+      if len(rows) == _CHECK_CHUNK:
+        count(rows)
+        rows = []
+    count(rows)
+  clients.update(words)
+  if bad:
+    _logger.warning("%s: %d bad train records left out of the word counts %s.", path,
+                    sum(bad.values()), dict(sorted(bad.items())))
   clients.pop("", None)  # Double spaces; an empty word cannot be written as a line.
   ordered = sorted(clients, key=lambda w: (-clients[w], -occurrences[w], w))
   return {word: clients[word] for word in ordered}

@@ -78,7 +78,7 @@ def test_cli_json_and_clean_error():
                         "--rounds=0", "--min_sep=5"],
                        cwd=_ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert bad.returncode == 2
-  assert "`rounds` must be a positive integer" in bad.stderr
+  assert "`--rounds` must be an integer in [1, 2147483647]; got 0" in bad.stderr
   assert "Traceback" not in bad.stderr
 
 

@@ -205,7 +205,7 @@ def test_argument_errors(handmade_dir):
     data.InMemoryClientData({"a": (np.zeros((1, 20)), np.zeros((1, 20)))}, 2)
 
 
-def test_example_without_tokens_is_a_clear_value_error(tmp_path, handmade_dir):
+def test_example_without_tokens_is_quarantined_and_counted(tmp_path, handmade_dir):
   directory = str(tmp_path)
   path = os.path.join(directory, data.DATABASE_FILENAME)
   with open(os.path.join(handmade_dir, data.DATABASE_FILENAME), "rb") as src:
@@ -213,13 +213,18 @@ def test_example_without_tokens_is_a_clear_value_error(tmp_path, handmade_dir):
       dst.write(src.read())
   bad = tf.train.Example()  # Parses, but has no `tokens` (check_database sees only row 1).
   with sqlite3.connect(path) as connection:
-    connection.execute("UPDATE examples SET serialized_example_proto = ? WHERE rowid = "
-                       "(SELECT MAX(rowid) FROM examples WHERE split_name = 'train');",
-                       (bad.SerializeToString(),))
+    rowid, client_id = connection.execute(
+        "SELECT rowid, client_id FROM examples WHERE rowid = (SELECT MAX(rowid) FROM examples "
+        "WHERE split_name = 'train');").fetchone()
+    connection.execute("UPDATE examples SET serialized_example_proto = ? WHERE rowid = ?;",
+                       (bad.SerializeToString(), rowid))
   connection.close()
-  with pytest.raises(ValueError, match="scalar bytes feature 'tokens'") as info:
-    data.load_tokenized_clients(directory, "train", _VOCAB)
-  assert path in str(info.value)
+  clients = data.load_tokenized_clients(directory, "train", _VOCAB)
+  assert clients.num_elements(client_id) == len(_TRAIN[client_id]) - 1
+  summary = clients.quarantine.summary()
+  assert summary["file"] == path and summary["records_quarantined"] == {"train": 1}
+  assert summary["clients"][0]["client_id"] == client_id
+  assert summary["clients"][0]["rowids"] == [rowid]
 
 
 if __name__ == "__main__":

@@ -28,7 +28,18 @@ def test_dpftrl_calibration_inverts_the_accounting(tmp_path):
   sigma = program.calibrate_noise_multiplier(config, 4.0)
   sens = catalog.BltMechanism(blt.PUBLISHED_BLTS[400]).sensitivity(40, 10, 4).value
   assert zcdp.matrix_mechanism_guarantee(sens, sigma, 1e-6).epsilon == pytest.approx(4.0)
-  assert (tmp_path / "run" / program.MECHANISM_FILE).exists()  # The run will use this C.
+  # Calibration writes nothing to the run directory (issue #18): the run saves C once it
+  # has validated everything.
+  assert not (tmp_path / "run").exists() or not (
+      tmp_path / "run" / program.MECHANISM_FILE).exists()
+
+
+def test_the_run_uses_the_very_mechanism_calibration_optimized(tmp_path):
+  config = _config(tmp_path / "run", mechanism="blt", rounds=12, min_sep=4, blt_buffers=2)
+  program.calibrate_noise_multiplier(config, 4.0)
+  first = program.build_mechanism(config)
+  assert program.build_mechanism(config.replace(noise_multiplier=3.0)) is first
+  assert program.build_mechanism(config.replace(min_sep=3)) is not first
 
 
 def test_dpfedavg_calibration_meets_the_target_with_rdp(tmp_path):

@@ -31,7 +31,7 @@ def test_bad_flags_are_clear_errors(tmp_path):
   with pytest.raises(SystemExit):
     _parse(["--mechanism=fancy"])
   args = _parse([f"--root_dir={tmp_path}", "--rounds=0", "--clients_per_round=3"])
-  with pytest.raises(ValueError, match="`rounds` must be a positive integer"):
+  with pytest.raises(ValueError, match="`--rounds` must be a positive integer"):
     cli.training_config(args, task="toy")
   with pytest.raises(ValueError, match="--clients_per_round required"):
     cli.training_config(_parse([f"--root_dir={tmp_path}", "--rounds=3"]), task="toy")

@@ -33,6 +33,8 @@ class _Pending:
 class _FakeScheduler:
   """Counts rows committed (the realized participation is the number of applied rounds)."""
 
+  skips_empty_rounds = False
+
   def __init__(self):
     self.committed = 0
     self.discarded_rounds = 0
@@ -387,3 +389,115 @@ def test_stop_signal_installs_and_restores_handlers():
     with pytest.raises(KeyboardInterrupt):  # A second signal kills.
       signal.raise_signal(signal.SIGTERM)
   assert signal.getsignal(signal.SIGTERM) == previous
+
+
+# ---------------------------------------------------------------------------------------
+# Issue #18: empty rounds, one accountant on the progress line, a checkpoint on errors.
+
+
+class _GappyParticipation(_FakeParticipation):
+  """No eligible client in the draws listed in `empty_draws`."""
+
+  def __init__(self, empty_draws, skips=True):
+    super().__init__()
+    self.empty_draws = set(empty_draws)
+    self.scheduler.skips_empty_rounds = skips
+
+  def select_round(self):
+    pending = super().select_round()
+    if pending.draw in self.empty_draws:
+      return _Pending(pending.draw, [], [])
+    return pending
+
+
+def test_an_empty_round_trains_nothing_uses_no_row_and_is_counted():
+  training, parts = _loop(rounds=4)
+  training.participation = parts["participation"] = _GappyParticipation({2, 3})
+  outcome = training.run()
+  assert outcome.stopped == policies.COMPLETED and outcome.rounds_done == 4
+  assert parts["learner"].calls == 4  # Never called for the two empty draws.
+  events = parts["participation"].events
+  assert events == [("commit", 1), ("discard", 2), ("discard", 3), ("commit", 4),
+                    ("commit", 5), ("commit", 6)]
+  assert outcome.empty_rounds == 2 and outcome.report.epsilon == 2.0  # 4 rows, not 6.
+  assert any("no eligible clients; skipped" in line for line in parts["outputs"].lines)
+
+
+def test_where_rows_make_clients_eligible_an_empty_round_runs_noise_only_and_says_so():
+  training, parts = _loop(rounds=3)
+  training.participation = parts["participation"] = _GappyParticipation({2}, skips=False)
+  outcome = training.run()
+  assert outcome.rounds_done == 3 and parts["learner"].calls == 3
+  assert [e for e, _ in parts["participation"].events] == ["commit"] * 3
+  assert outcome.empty_rounds == 1 and outcome.report.epsilon == 1.5
+  row = dict(parts["outputs"].train_rows)[2]
+  assert row["clients"] == 0 and math.isnan(row["client_work/train/loss"])
+  assert any("the update is noise only" in line for line in parts["outputs"].lines)
+
+
+def test_too_many_empty_rounds_in_a_row_stop_the_run(monkeypatch):
+  monkeypatch.setattr(loop, "MAX_CONSECUTIVE_EMPTY_ROUNDS", 3)
+  training, parts = _loop(rounds=5)
+  training.participation = parts["participation"] = _GappyParticipation({2, 3, 4, 5})
+  outcome = training.run()
+  assert outcome.stopped == policies.NO_CLIENTS and outcome.rounds_done == 1
+  assert "--availability" in outcome.message and outcome.empty_rounds == 3
+
+
+def test_epsilon_so_far_comes_from_one_accountant_and_never_decreases():
+  class TighterReport(_FakeAccountant):
+    def report(self, realized):  # The report's method is tighter than the progress bound.
+      return None if realized is None else _Report(0.3 * realized)
+
+  training, parts = _loop(rounds=8, eval_every=2)
+  training.accountant = TighterReport()
+  ticks = iter(range(10 ** 6))  # A progress line after every round.
+  training.policies = dataclasses.replace(
+      training.policies, clock=policies.ProgressClock(0.5, lambda: float(next(ticks))))
+  training.run()
+  shown = [float(line.split("eps ")[1].split()[0]) for line in parts["outputs"].lines]
+  assert shown == sorted(shown) and shown[-1] == pytest.approx(0.5 * 8)
+  assert any("report ε 2.400 (pld)" in line for line in parts["outputs"].lines)
+
+
+class _BrokenLearner(_FakeLearner):
+  def __init__(self, fail_at_call):
+    super().__init__()
+    self.fail_at_call = fail_at_call
+
+  def next(self, datasets):
+    if self.calls + 1 == self.fail_at_call:
+      raise RuntimeError("data store went away")
+    return super().next(datasets)
+
+
+def test_an_error_checkpoints_the_last_committed_round_and_withdraws_the_failed_one():
+  training, parts = _loop(rounds=10, checkpoint_every=100, eval_every=100,
+                          learner=_BrokenLearner(fail_at_call=5))
+  with pytest.raises(RuntimeError, match="went away"):
+    training.run()
+  assert parts["checkpoints"] == [4]
+  assert parts["participation"].events[-1] == ("withdraw", 5)
+  assert any("checkpointed it" in line for line in parts["outputs"].lines)
+
+
+def test_an_error_right_after_a_checkpoint_writes_no_second_one():
+  training, parts = _loop(rounds=10, checkpoint_every=2, eval_every=100,
+                          learner=_BrokenLearner(fail_at_call=5))
+  with pytest.raises(RuntimeError):
+    training.run()
+  assert parts["checkpoints"] == [2, 4]
+
+
+def test_a_checkpoint_that_fails_on_the_way_out_does_not_hide_the_error():
+  training, parts = _loop(rounds=10, checkpoint_every=100, eval_every=100,
+                          learner=_BrokenLearner(fail_at_call=3))
+
+  def failing_save(round_number):
+    raise OSError(28, "No space left on device")
+
+  training._save_checkpoint = failing_save  # pylint: disable=protected-access
+  with pytest.raises(RuntimeError, match="went away"):
+    training.run()
+  assert any("could not be written either" in line and "resumes from round 0" in line
+             for line in parts["outputs"].lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import types
 
 import numpy as np
@@ -100,6 +101,8 @@ def test_dp_ftrl_entries_build_save_and_reload_their_mechanism(tmp_path):
                    blt_buffers=1)
   entry = registry.mechanism("blt")
   built = entry.load_or_build(config)
+  assert not os.path.exists(os.path.join(tmp_path, registry.MECHANISM_FILE))  # Writes nothing.
+  catalog.save(built, os.path.join(tmp_path, registry.MECHANISM_FILE))  # As the program does.
   again = entry.load_or_build(config)  # From mechanism.json now.
   assert again.to_dict() == built.to_dict()
   other = _config(tmp_path, mechanism="dpsgd", participation="min_sep_rounds")

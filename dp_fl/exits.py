@@ -1,0 +1,113 @@
+"""Exit codes of dp_fl's binaries, and the one place an exception becomes a user's message.
+
+| code | meaning                                                                             |
+|------|-------------------------------------------------------------------------------------|
+| 0    | completed: the job did all it was asked                                             |
+| 1    | failed: an unexpected error (a bug); `--debug` shows the traceback. A training job  |
+|      | has checkpointed its last committed round: rerunning the command resumes there.     |
+| 2    | bad input: a flag, file or data value (the message names it, its value, the fix)     |
+| 3    | environment: disk full, permission denied, read-only or missing directory            |
+| 4    | busy: another process holds the run directory's lock (the message names its pid)     |
+| 5    | stopped: the target ε was reached (`--target_epsilon`); the privacy budget is spent  |
+| 6    | stopped: non-finite updates (`--on_nonfinite`); lower the learning rates             |
+| 7    | stopped: no eligible client for many rounds in a row (availability, timer, cohort)   |
+| 75   | interrupted (SIGTERM/SIGINT) or paused: checkpointed; rerun the command to resume    |
+
+75 is sysexits' EX_TEMPFAIL, which job schedulers treat as "retry later". A user mistake or
+an environment problem never prints a traceback unless `--debug` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+import traceback
+from typing import Callable, Optional, TextIO
+
+COMPLETED = 0
+FAILED = 1
+BAD_INPUT = 2
+ENVIRONMENT = 3
+BUSY = 4
+TARGET_EPSILON = 5
+NONFINITE = 6
+NO_CLIENTS = 7
+INTERRUPTED = 75
+
+# Why a training run stopped (`policies.COMPLETED`, ...) -> exit code.
+STOP_CODES = {"completed": COMPLETED, "target_epsilon": TARGET_EPSILON,
+              "nonfinite": NONFINITE, "no_clients": NO_CLIENTS, "signal": INTERRUPTED,
+              "paused": INTERRUPTED}
+
+
+class BusyError(RuntimeError):
+  """Another process holds a resource this one needs exclusively (a run directory)."""
+
+
+_OS_FIXES = {
+    errno.ENOSPC: "free space on that disk or write somewhere else",
+    errno.EDQUOT: "free space within your quota or write somewhere else",
+    errno.EACCES: "make it writable (and its directory) or choose another location",
+    errno.EPERM: "make it writable (and its directory) or choose another location",
+    errno.EROFS: "the file system is read-only: choose a location on a writable one",
+    errno.ENOENT: "check the path (a directory on it does not exist)",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: fix the path",
+    errno.EISDIR: "the path is a directory; give a file",
+}
+
+
+def describe_os_error(error: OSError) -> str:
+  """One line naming the file, what the OS said and the fix."""
+  where = error.filename if error.filename is not None else "(no file named)"
+  if getattr(error, "filename2", None):
+    where = f"{where} -> {error.filename2}"
+  reason = error.strerror or str(error)
+  fix = _OS_FIXES.get(error.errno, "check the path and its permissions")
+  return f"{reason}: {where}. Fix: {fix}."
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--debug", action="store_true",
+                      help="print the traceback of any error (for bug reports)")
+
+
+def guarded(body: Callable[[], int], *, debug: bool = False,
+            stream: Optional[TextIO] = None) -> int:
+  """Runs a binary's `body` and turns what it raises into a message and an exit code.
+
+  ValueError (a flag, file or data value) -> 2, OSError -> 3, BusyError -> 4,
+  KeyboardInterrupt -> 75, anything else -> 1 ("internal error", with the exception's type).
+  """
+  stream = stream if stream is not None else sys.stderr
+  try:
+    return body()
+  except BaseException as e:  # pylint: disable=broad-except
+    if isinstance(e, SystemExit):
+      raise
+    code, message = _classify(e, debug)
+    print(message, file=stream)
+    if debug:
+      traceback.print_exc(file=stream)
+    return code
+
+
+def _classify(error: BaseException, debug: bool) -> tuple[int, str]:
+  """(exit code, message) of an exception a binary's body raised."""
+  if isinstance(error, KeyboardInterrupt):
+    return INTERRUPTED, "interrupted."
+  if isinstance(error, BusyError):
+    return BUSY, f"error: {error}"
+  if isinstance(error, ValueError):
+    return BAD_INPUT, f"error: {error}"
+  if isinstance(error, OSError):
+    return ENVIRONMENT, f"error: {describe_os_error(error)}"
+  return FAILED, (f"internal error: {type(error).__name__}: {_first_line(error)}"
+                  + ("" if debug else
+                     " (rerun with --debug for the traceback; please report it)"))
+
+
+def _first_line(error: BaseException, limit: int = 500) -> str:
+  text = str(error).strip().splitlines()
+  line = text[0] if text else ""
+  return line if len(line) <= limit else line[:limit] + "…"
