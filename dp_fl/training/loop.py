@@ -212,8 +212,10 @@ class TrainingLoop:
         extra = (f"report ε {report.epsilon:.3f} ({self.accountant.report_accountant})  "
                  + extra)
         epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
-      else:
-        epsilon = None if report is None else report.epsilon
+      elif report is not None:
+        epsilon = report.epsilon
+      else:  # Non-private: the same "inf" as the other progress lines (not "n/a").
+        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
       self.outputs.progress(self.meter.line(
           self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
       self.policies.clock.mark()

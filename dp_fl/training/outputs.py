@@ -188,7 +188,8 @@ class ProgressMeter:
     done = round_number - self._first
     rate = done / elapsed if elapsed > 0 else float("nan")
     eta = (self._total - round_number) / rate if rate > 0 else float("nan")
-    eps = "n/a" if epsilon is None else ("inf" if math.isinf(epsilon) else f"{epsilon:.3f}")
+    eps = "n/a" if epsilon is None else (
+        "inf (not private)" if math.isinf(epsilon) else f"{epsilon:.3f}")
     if accountant and epsilon is not None and math.isfinite(epsilon):
       eps += f" ({accountant})"
     return (f"round {round_number}/{self._total}  {rate:.2f} rounds/s  "

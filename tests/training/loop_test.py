@@ -501,3 +501,23 @@ def test_a_checkpoint_that_fails_on_the_way_out_does_not_hide_the_error():
     training.run()
   assert any("could not be written either" in line and "resumes from round 0" in line
              for line in parts["outputs"].lines)
+
+
+def test_a_non_private_run_shows_the_same_epsilon_on_every_progress_line():
+  class NonPrivate(_FakeAccountant):
+    report_accountant = progress_accountant = ""
+
+    def epsilon(self, realized):
+      return math.inf
+
+    def report(self, realized):
+      return None
+
+  training, parts = _loop(rounds=6, eval_every=2)
+  training.accountant = NonPrivate()
+  ticks = iter(range(10 ** 6))
+  training.policies = dataclasses.replace(
+      training.policies, clock=policies.ProgressClock(0.5, lambda: float(next(ticks))))
+  training.run()
+  shown = {line.split("eps ")[1].split()[0] for line in parts["outputs"].lines}
+  assert shown == {"inf"}
