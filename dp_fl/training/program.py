@@ -42,6 +42,8 @@ from typing import Any, Optional, TextIO
 
 import numpy as np
 
+from dp_fl import files
+from dp_fl import resources
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
@@ -289,7 +291,7 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
       and config.participation not in registry.VARIABLE_COHORTS):
     raise ValueError(f"--clients_per_round={config.clients_per_round} exceeds the "
                      f"{num_clients} training clients of task {task.name!r}; lower it.")
-  _check_resources(config, num_clients)
+  resources.check_training(config, num_clients)
   mechanism = build_mechanism(config)
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
@@ -342,12 +344,6 @@ def _refuse_stray_mechanism(config: config_lib.TrainingConfig) -> None:
         "run that failed before training (or the rest was deleted), so nothing says which "
         f"settings it was built for. Delete {path} to build the mechanism afresh, or use "
         "another --root_dir.")
-
-
-def _check_resources(config: config_lib.TrainingConfig, num_clients: int) -> None:
-  """Refuses a job whose mechanism, accounting or schedule would not fit in memory."""
-  from dp_fl import resources  # pylint: disable=g-import-not-at-top
-  resources.check_training(config, num_clients)
 
 
 def _restore_state(restored: checkpoints_lib.Checkpoint, template: Any) -> Any:
@@ -434,20 +430,27 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
                         "mechanism_sha256": start.digest})
 
   try:
-    outcome = loop_lib.TrainingLoop(
-        rounds=config.rounds, rounds_done=rounds_done, learner=learner,
-        participation=participation, accountant=accountant, save_checkpoint=save_checkpoint,
-        evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
-        meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
-        policies=_policies(task, config, rounds_done, max_rounds_this_call),
-        learning_rate_at=config.server_learning_rate_at).run()
-  except BaseException:
-    learner.close()
-    write_data_quality(task, config.root_dir, outputs)
+    try:
+      outcome = loop_lib.TrainingLoop(
+          rounds=config.rounds, rounds_done=rounds_done, learner=learner,
+          participation=participation, accountant=accountant,
+          save_checkpoint=save_checkpoint,
+          evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
+          meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
+          policies=_policies(task, config, rounds_done, max_rounds_this_call),
+          learning_rate_at=config.server_learning_rate_at).run()
+    finally:
+      learner.close()
+      write_data_quality(task, config.root_dir, outputs)
+    return _finish(task, config, outcome, resumed_from, started, participation, outputs)
+  finally:
     outputs.close()
-    raise
-  learner.close()
-  write_data_quality(task, config.root_dir, outputs)
+
+
+def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any,
+            resumed_from: Optional[int], started: float, participation: Any,
+            outputs: Any) -> RunResult:
+  """The run's result, written to summary.json."""
   result = RunResult(
       rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
       eval_metrics=outcome.eval_metrics,
@@ -458,7 +461,6 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   outputs.summary(_run_summary(task, result, participation.scheduler))
   if result.message:
     outputs.progress(result.message)
-  outputs.close()
   return result
 
 
@@ -471,7 +473,6 @@ def write_data_quality(task: task_lib.Task, root_dir: str, outputs: Any) -> None
   if task.data_quality is None:
     return
   report = dict(task.data_quality())
-  from dp_fl import files  # pylint: disable=g-import-not-at-top
   files.atomic_write_json(os.path.join(root_dir, DATA_QUALITY_FILE), report, indent=1)
   skipped = report.get("skipped")
   if skipped:
