@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from dp_fl import exits
 from dp_fl import resources
@@ -121,6 +121,27 @@ def given(args: argparse.Namespace) -> dict[str, Any]:
   return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
+class Preset(NamedTuple):
+  """A task binary's `--preset`: task settings, training settings, and the training settings
+  tuned per mechanism (paper 004 tuned each mechanism's learning rates separately; e.g. plain
+  FedAvg's unclipped updates need a smaller server step than clipped ones), applied when the
+  run's `--mechanism` (given, or the preset's) is one of them. Flags the user gives override
+  all three."""
+  task: Mapping[str, Any]
+  training: Mapping[str, Any]
+  per_mechanism: Mapping[str, Mapping[str, Any]] = {}
+  # The ε the noise multiplier is calibrated to for the planned schedule, whatever the
+  # mechanism and schedule flags (as `--calibrate_epsilon`), unless the user gives
+  # `--noise_multiplier` or `--calibrate_epsilon`. None: the preset's noise multiplier.
+  calibrate_epsilon: Optional[float] = None
+
+  def training_for(self, mechanism: Optional[str]) -> dict[str, Any]:
+    """The training settings for `mechanism` (None: the preset's own)."""
+    values = dict(self.training)
+    values.update(self.per_mechanism.get(mechanism or values.get("mechanism"), {}))
+    return values
+
+
 def training_config(args: argparse.Namespace, *, task: str,
                     defaults: Optional[Mapping[str, Any]] = None,
                     preset: Optional[Mapping[str, Any]] = None) -> config_lib.TrainingConfig:
@@ -176,13 +197,14 @@ def task_values_and_config(args: argparse.Namespace, presets: Mapping[str, Any],
                            ) -> tuple[dict[str, Any], config_lib.TrainingConfig]:
   """(task settings values, TrainingConfig) from the chosen preset < the given flags.
 
-  `presets[name]` is (task settings, training settings); the run directory defaults to
-  `<tmp>/dp_fl_<task>_<preset>`.
+  `presets[name]` is a `Preset`; its per-mechanism settings apply for the run's mechanism.
+  The run directory defaults to `<tmp>/dp_fl_<task>_<preset>`.
   """
   import os  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
-  task_preset, train_preset = presets[args.preset]
-  values = dict(task_preset)
+  preset = presets[args.preset]
+  train_preset = preset.training_for(getattr(args, "mechanism", None))
+  values = dict(preset.task)
   values.update({k: getattr(args, k) for k in task_fields if getattr(args, k) is not None})
   root_default = os.path.join(tempfile.gettempdir(), f"dp_fl_{task}_{args.preset}")
   config = training_config(args, task=task, defaults={"root_dir": root_default},
@@ -190,9 +212,21 @@ def task_values_and_config(args: argparse.Namespace, presets: Mapping[str, Any],
   return values, config
 
 
+def epsilon_to_calibrate(args: argparse.Namespace,
+                         presets: Mapping[str, Preset]) -> Optional[float]:
+  """The ε to calibrate σ for: `--calibrate_epsilon`, else the preset's unless the user
+  gave `--noise_multiplier` (None: no calibration)."""
+  if args.calibrate_epsilon is not None:
+    return args.calibrate_epsilon
+  if getattr(args, "noise_multiplier", None) is not None:
+    return None
+  return presets[args.preset].calibrate_epsilon
+
+
 def run_task_binary(args: argparse.Namespace,
                     settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
-                    make_task: Callable[[Any], Any]) -> int:
+                    make_task: Callable[[Any], Any],
+                    presets: Mapping[str, Preset]) -> int:
   """The body of a task binary's `main` after parsing: returns the exit code (`dp_fl.exits`).
 
   Builds the task and config, calibrates σ if asked, trains inside dp_fl's execution
@@ -200,13 +234,13 @@ def run_task_binary(args: argparse.Namespace,
   rounds done, 5 target ε, 6 non-finite, 7 no clients, 75 interrupted (resumable); errors:
   2 bad input, 3 environment, 4 run directory busy, 1 internal (traceback with --debug).
   """
-  return exits.guarded(lambda: _train(args, settings_and_config, make_task),
+  return exits.guarded(lambda: _train(args, settings_and_config, make_task, presets),
                        debug=getattr(args, "debug", False))
 
 
 def _train(args: argparse.Namespace,
            settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
-           make_task: Callable[[Any], Any]) -> int:
+           make_task: Callable[[Any], Any], presets: Mapping[str, Preset]) -> int:
   import json  # pylint: disable=g-import-not-at-top
   from dp_fl import runtime  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
@@ -216,15 +250,16 @@ def _train(args: argparse.Namespace,
     raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
                      f"{args.calibrate_epsilon!r}. Pass the ε to calibrate σ for, e.g. 8.")
   settings, config = settings_and_config(args)
+  target_epsilon = epsilon_to_calibrate(args, presets)
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
   with runtime.execution_context():
-    if args.calibrate_epsilon is not None:
+    if target_epsilon is not None and config.is_private:
       config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-          config, args.calibrate_epsilon))
+          config, target_epsilon))
       print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
-            f"{args.calibrate_epsilon:g} at δ = {config.delta:g} for the planned schedule",
+            f"{target_epsilon:g} at δ = {config.delta:g} for the planned schedule",
             flush=True)
     result = program.run(task, config)
   if args.format == "json":
@@ -232,3 +267,103 @@ def _train(args: argparse.Namespace,
   else:
     print("\n".join(program.summary_lines(task, result)))
   return exits.STOP_CODES[result.stopped]
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser, task: str) -> None:
+  """The flags of a task's `compare` binary (dp_fl/training/compare.py) besides the task's."""
+  import os  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import compare as compare_lib  # pylint: disable=g-import-not-at-top
+  group = parser.add_argument_group("comparison")
+  group.add_argument("--mechanisms", default=",".join(compare_lib.DEFAULT_MECHANISMS),
+                     help="comma-separated mechanisms to compare (non-private ones, none "
+                          "and clip, are the reference rows)")
+  group.add_argument("--out_dir", default=os.path.join(tempfile.gettempdir(),
+                                                       f"dp_fl_{task}_compare"),
+                     help="one run directory per run under <out_dir>/<mechanism>/, and "
+                          "comparison.{json,md,png}")
+  group.add_argument("--seeds", type=int, default=3,
+                     help="runs per mechanism at the chosen learning rate (mean ± std)")
+  group.add_argument("--lr_factors", default=",".join(
+      f"{f:g}" for f in compare_lib.DEFAULT_LR_FACTORS),
+                     help="the server learning-rate grid, as factors of each mechanism's "
+                          "tuned rate; chosen on the validation data (one value: no grid)")
+  parser.set_defaults(calibrate_epsilon=8.0)
+
+
+def compare_main(argv: Optional[list[str]], description: str,
+                 build_parser: Callable[[], argparse.ArgumentParser],
+                 settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
+                 make_task: Callable[[Any], Any], task: str) -> int:
+  """A task's `compare` binary: its train binary's flags plus the comparison's; returns
+  the exit code (`dp_fl.exits`)."""
+  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  parser = build_parser()
+  parser.description = description
+  add_compare_arguments(parser, task)
+  args = parser.parse_args(argv)
+  runtime.configure_logging(args.verbosity)
+  runtime.install_signal_handlers()
+  return exits.guarded(lambda: _compare(args, settings_and_config, make_task),
+                       debug=getattr(args, "debug", False))
+
+
+def _parse_list(flag: str, text: str, kind: Callable[[str], Any]) -> list[Any]:
+  try:
+    values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+  except ValueError:
+    values = []
+  if not values:
+    raise ValueError(f"--{flag}={text!r} must be a comma-separated list of "
+                     f"{'numbers' if kind is float else 'names'}.")
+  return values
+
+
+def _compare(args: argparse.Namespace,
+             settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
+             make_task: Callable[[Any], Any]) -> int:
+  import json  # pylint: disable=g-import-not-at-top
+  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import compare as compare_lib  # pylint: disable=g-import-not-at-top
+  resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
+  mechanisms = _parse_list("mechanisms", args.mechanisms, str)
+  unknown = [m for m in mechanisms if m not in config_lib.MECHANISMS]
+  if unknown:
+    raise ValueError(f"--mechanisms={args.mechanisms!r}: unknown {unknown}; known: "
+                     f"{', '.join(config_lib.MECHANISMS)}.")
+  factors = _parse_list("lr_factors", args.lr_factors, float)
+  if any(not (f > 0 and f < float("inf")) for f in factors):
+    raise ValueError(f"--lr_factors={args.lr_factors!r} must be positive finite numbers, "
+                     "e.g. 0.5,1,2.")
+  if args.seeds < 1:
+    raise ValueError(f"--seeds={args.seeds} must be at least 1.")
+  if args.root_dir is not None:
+    raise ValueError(f"--root_dir={args.root_dir!r} is not used by compare: it writes one run "
+                     "per mechanism and setting under --out_dir. Pass --out_dir.")
+  if args.mechanism is not None:
+    raise ValueError(f"--mechanism={args.mechanism!r} is not used by compare; pass "
+                     "--mechanisms (comma-separated).")
+  if not (args.calibrate_epsilon > 0 and args.calibrate_epsilon < float("inf")):
+    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
+                     f"{args.calibrate_epsilon!r}.")
+
+  def config_for(mechanism: str):
+    return settings_and_config(argparse.Namespace(**{**vars(args), "mechanism": mechanism}))[1]
+
+  try:
+    for mechanism in mechanisms:  # Every configuration valid before any training.
+      config_for(mechanism)
+    settings, _ = settings_and_config(args)
+    task = make_task(settings)
+    print(task.description, flush=True)
+    with runtime.execution_context():
+      output = compare_lib.compare(
+          task, config_for, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
+          out_dir=args.out_dir, lr_factors=factors, seeds=args.seeds,
+          progress=lambda line: print(line, flush=True))
+  except ValueError as e:  # The runs' directories are compare's --out_dir/<...>.
+    raise ValueError(str(e).replace("`--root_dir`", "`--out_dir`").replace(
+        "--root_dir", "--out_dir")) from None
+  print(json.dumps(output, indent=1, default=str) if args.format == "json"
+        else compare_lib.markdown(output))
+  return exits.COMPLETED

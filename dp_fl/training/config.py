@@ -23,9 +23,9 @@ from dp_fl.training import registry
 MECHANISMS = tuple(registry.MECHANISMS)
 """`--mechanism` (dp_fl.training.registry): DP-FTRL with BLT / BandMF / online TreeAgg / C = I
 (paper 004, Alg. 1), DP-FedAvg with Poisson user sampling (paper 001, Alg. 1), or no privacy:
-`none` (plain FedAvg) or `clip` (each client update clipped to ζ, no noise: the non-private
-run that isolates what the noise costs, and stays stable at the learning rates tuned for
-clipped updates)."""
+`none` (plain FedAvg) or `clip` (the DP estimator without noise: client updates clipped to ζ,
+summed, divided by the fixed cohort; the non-private run that isolates what the noise
+costs)."""
 
 NONPRIVATE_MECHANISMS = registry.non_private_names()
 

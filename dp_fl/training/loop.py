@@ -216,13 +216,15 @@ class TrainingLoop:
         epsilon = report.epsilon
       else:  # Non-private: the same "inf" as the other progress lines (not "n/a").
         epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+      self.outputs.epsilon_so_far(self.rounds_done, epsilon)
       self.outputs.progress(self.meter.line(
           self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
       self.policies.clock.mark()
     elif self.policies.clock.due():
+      epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+      self.outputs.epsilon_so_far(self.rounds_done, epsilon)
       self.outputs.progress(self.meter.line(
-          self.rounds_done, self.accountant.epsilon(self.participation.scheduler.realized()),
-          accountant=self.accountant.progress_accountant))
+          self.rounds_done, epsilon, accountant=self.accountant.progress_accountant))
       self.policies.clock.mark()
 
   def checkpoint_on_error(self) -> None:

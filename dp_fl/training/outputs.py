@@ -6,7 +6,9 @@ Run-directory layout (`--root_dir`):
     checkpoints/ckpt-<round>/    see dp_fl.training.checkpoints
     metrics/train.csv            one row per completed round (column `round`, 1-based)
     metrics/eval.csv             one row per evaluation
-    metrics/privacy.csv          ρ and ε after each evaluation and at the end
+    metrics/privacy.csv          ρ and ε of the report after each evaluation and at the end;
+                                 `epsilon_so_far`: the ε of every progress line
+    figures/*.png, report.md     the run's figures and Markdown report (dp_fl.training.figures)
     tensorboard/                 the same scalars as TensorBoard event files (train/…, eval/…,
                                  privacy/…)
     privacy_report.json, .md     the latest privacy report (paper 004, App. C)
@@ -61,7 +63,9 @@ class MetricsCsv:
         writer.writerows(rows)
     os.replace(tmp, self._path)
 
-  def append(self, round_number: int, values: Mapping[str, Any]) -> None:
+  def append(self, round_number: int, values: Mapping[str, Any], merge: bool = False) -> None:
+    """Writes the row of `round_number`; `merge` keeps the other columns of a row already
+    written for that round (else the row is replaced)."""
     row = {"round": round_number, **values}
     replaces = str(round_number) in self._rounds
     if self._fieldnames is None or set(row) - set(self._fieldnames) or replaces:
@@ -69,7 +73,12 @@ class MetricsCsv:
       old = []
       if self._fieldnames and os.path.exists(self._path):
         with open(self._path, newline="", encoding="utf-8") as f:
-          old = [r for r in csv.DictReader(f) if r.get("round") != str(round_number)]
+          old = list(csv.DictReader(f))
+        if merge:
+          for previous in old:
+            if previous.get("round") == str(round_number):
+              row = {**{k: v for k, v in previous.items() if v != ""}, **row}
+        old = [r for r in old if r.get("round") != str(round_number)]
       self._fieldnames = list(self._fieldnames or []) + [
           k for k in row if k not in (self._fieldnames or [])]
       self._rewrite(old)
@@ -151,6 +160,11 @@ class RunOutputs:
     for name, text in (("privacy_report.json", report.to_json()),
                        ("privacy_report.md", report.to_markdown())):
       files.atomic_write_text(os.path.join(self.root_dir, name), text)
+
+  def epsilon_so_far(self, round_number: int, epsilon: Optional[float]) -> None:
+    """Records the ε a progress line shows (metrics/privacy.csv, for the ε-vs-rounds figure)."""
+    if epsilon is not None and math.isfinite(epsilon):
+      self._privacy.append(round_number, {"epsilon_so_far": epsilon}, merge=True)
 
   def summary(self, values: Mapping[str, Any]) -> None:
     path = os.path.join(self.root_dir, "summary.json")

@@ -49,6 +49,7 @@ from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
+from dp_fl.training import figures
 from dp_fl.training import learners as learners_lib
 from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
@@ -459,6 +460,11 @@ def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any
       seconds=time.perf_counter() - started, message=outcome.message,
       empty_rounds=outcome.empty_rounds)
   outputs.summary(_run_summary(task, result, participation.scheduler))
+  try:
+    figures.write_run_report(config.root_dir)
+  except Exception as e:  # pylint: disable=broad-except  (the run itself succeeded)
+    outputs.progress(f"figures not written ({type(e).__name__}: {e}); rerun `python -m "
+                     f"dp_fl.training.figures {config.root_dir}` to write them")
   if result.message:
     outputs.progress(result.message)
   return result
@@ -552,6 +558,6 @@ def summary_lines(task: task_lib.Task, result: RunResult) -> list[str]:
       lines.append(f"           ρ = {report.rho:.4g}-zCDP; realized min-sep "
                    f"{participation.min_sep} rounds, at most "
                    f"{participation.max_participations} participations per client")
-  lines.append("  outputs: metrics/train.csv, metrics/eval.csv, tensorboard/, "
-               "privacy_report.md, summary.json")
+  lines.append("  outputs: report.md (figures/*.png), metrics/train.csv, metrics/eval.csv, "
+               "tensorboard/, privacy_report.md, summary.json")
   return lines

@@ -203,7 +203,8 @@ class DpFedAvgEntry(MechanismEntry):
 
 
 class NoNoiseEntry(MechanismEntry):
-  """Non-private FedAvg: the plain mean (`none`), or each update clipped to ζ (`clip`)."""
+  """Non-private FedAvg: the mean over the clients that reported (`none`), or the DP
+  aggregators' estimator without the noise (`clip`); both zero for an empty round."""
 
   private = False
 
@@ -214,18 +215,29 @@ class NoNoiseEntry(MechanismEntry):
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    del mechanism, num_clients, noise_seed
-    if not self.clipped:
-      return tff.aggregators.UnweightedMeanFactory()
-    # The DP-FTRL presets' guard stack without the noise. The zeroing step matters: a client
-    # whose local training blew up to huge finite values has an infinite L2 norm, and
-    # `tf.clip_by_global_norm` (TFF's clipping) turns such an update into NaNs.
+    from dp_fl.aggregators import means  # pylint: disable=g-import-not-at-top
+    del mechanism, noise_seed
+    if not self.clipped:  # Plain FedAvg: the mean over the clients that reported.
+      return means.cohort_mean_factory()
+    # The DP presets' guard stack and estimator (sum / the fixed denominator of the DP
+    # aggregators) without the noise: a clip-only run differs from a DP run by the noise
+    # alone. The zeroing step matters: a client whose local training blew up to huge finite
+    # values has an infinite L2 norm, and `tf.clip_by_global_norm` (TFF's clipping) turns
+    # such an update into NaNs.
     from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
     from dp_fl.aggregators import guards  # pylint: disable=g-import-not-at-top
     return guards.nonfinite_zeroing_factory(tff.aggregators.zeroing_factory(
         dp_ftrl.DEFAULT_ZEROING_MULTIPLE * config.clip_norm,
-        tff.aggregators.clipping_factory(config.clip_norm,
-                                         tff.aggregators.UnweightedMeanFactory())))
+        tff.aggregators.clipping_factory(config.clip_norm, means.cohort_mean_factory(
+            expected_cohort(config, num_clients)))))
+
+
+def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:
+  """The DP aggregators' fixed denominator: qN under Poisson sampling (DP-FedAvg, paper 001
+  Alg. 1), else the report goal m (DP-FTRL, paper 004 Alg. 1)."""
+  if config.participation == "poisson":
+    return DpFedAvgEntry.sampling_rate(config, num_clients) * num_clients
+  return float(config.clients_per_round)
 
 
 MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
@@ -236,8 +248,8 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description, optimize_for="max"),
     DpFedAvgEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
-    NoNoiseEntry("clip", "non-private FedAvg with each update clipped to ζ (no noise)",
-                 clipped=True),
+    NoNoiseEntry("clip", "non-private: the DP estimator (updates clipped to ζ, summed, / the "
+                 "fixed cohort) without the noise", clipped=True),
 )}
 
 

@@ -34,8 +34,15 @@ class Task:
     description: one line for logs and the summary.
     data_quality: optional; returns the counts of what the data loaders skipped or
       quarantined (malformed lines, bad records: totals, per file, per reason), as a
-      JSON-able mapping whose "skipped" entry is the total count. The program writes it to `data_quality.json` in the run directory
-      and warns when anything was skipped.
+      JSON-able mapping whose "skipped" entry is the total count. The program writes it to
+      `data_quality.json` in the run directory and warns when anything was skipped.
+    validation_dataset_fn: optional; held-out data disjoint from `eval_dataset_fn`'s, on
+      which comparisons choose hyperparameters (`dp_fl.training.compare`), so the figures
+      they report on the evaluation data are not selected on it.
+    headline_metric: the evaluation metric that says whether the model learned the
+      language beyond its most frequent tokens (StackOverflow: accuracy without OOV/EOS;
+      Reddit: AccuracyTop1); comparisons rank by it, against `unigram_<headline_metric>`
+      of `baseline_metrics`.
   """
   name: str
   train_data: Any
@@ -47,6 +54,8 @@ class Task:
   project_weights: Optional[Callable[[list[Any]], list[Any]]] = None
   description: str = ""
   data_quality: Optional[Callable[[], Mapping[str, Any]]] = None
+  validation_dataset_fn: Optional[Callable[[], Any]] = None
+  headline_metric: str = "accuracy"
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:
@@ -60,3 +69,19 @@ class Task:
     for name in ("eval_dataset_fn", "keras_model_fn", "loss_fn", "metrics_fn"):
       if not callable(getattr(self, name)):
         raise ValueError(f"`{name}` must be callable; got {getattr(self, name)!r}.")
+    if self.validation_dataset_fn is not None and not callable(self.validation_dataset_fn):
+      raise ValueError("`validation_dataset_fn` must be callable or None; got "
+                       f"{self.validation_dataset_fn!r}.")
+
+  @property
+  def headline_baseline(self) -> Optional[float]:
+    """The unigram baseline of `headline_metric` (None if the task has none)."""
+    return self.baseline_metrics.get(f"unigram_{self.headline_metric}")
+
+  def for_validation(self) -> "Task":
+    """This task evaluating on its validation data (ValueError if it has none)."""
+    if self.validation_dataset_fn is None:
+      raise ValueError(f"Task {self.name!r} has no validation data to choose "
+                       "hyperparameters on.")
+    return dataclasses.replace(self, eval_dataset_fn=self.validation_dataset_fn,
+                               description=self.description + " — validation data")

@@ -32,12 +32,12 @@ import gzip
 import hashlib
 import json
 import os
-import tempfile
 from typing import Optional
 
 import numpy as np
 
 from dp_fl import _checks
+from dp_fl import files
 
 GENERATOR_VERSION = 2
 DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "dp_fl", "reddit_synthetic")
@@ -174,21 +174,11 @@ def _lines(config: SyntheticConfig) -> list[str]:
 
 def generate(config: SyntheticConfig, path: str) -> str:
   """Writes the corpus of `config` to `path` (.jsonl.gz; temporary file + rename)."""
-  path = os.fspath(path)
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                             dir=directory)
-  try:
-    with os.fdopen(fd, "wb") as raw:
-      with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
-        f.write(("\n".join(_lines(config)) + "\n").encode("utf-8"))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-  return path
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with files.atomic_output(path) as raw:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+      f.write(("\n".join(_lines(config)) + "\n").encode("utf-8"))
+  return os.fspath(path)
 
 
 def ensure_corpus(config: Optional[SyntheticConfig] = None,

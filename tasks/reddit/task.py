@@ -1,7 +1,9 @@
 """The Reddit next-word-prediction task of paper 001 (Sec. 3, App. B) for the training program.
 
 Data: Reddit comments as JSON lines (`--data_files`, plain / .gz / .bz2), or by default the
-synthetic corpus of `tasks/reddit/synthetic.py` (generated once and cached). `data.prepare`
+synthetic corpus of `tasks/reddit/synthetic.py` (generated once and cached), or with
+`corpus="real_text"` the real-text corpus of `tasks/real_text.py` (the prose of the installed
+Python packages as comments, one author per module; built once and cached). `data.prepare`
 converts them ONCE into a cached TFF `SqlClientData` database (comments read, grouped by
 author with random posts held out for the test set, the 1,600-token rule applied, a
 vocabulary counted, each user cut into (x, y) windows; `<prepared_cache_dir>/<fingerprint>/`),
@@ -27,12 +29,14 @@ import tensorflow as tf
 
 from dp_fl import _checks
 from dp_fl.training import task as task_lib
+from tasks import real_text
 from tasks.reddit import data
 from tasks.reddit import model
 from tasks.reddit import synthetic
 
 TASK_NAME = "reddit"
 METRIC_NAME = "accuracy_top1"  # model.AccuracyTop1's name.
+CORPORA = ("synthetic", "real_text")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +44,9 @@ class RedditSettings:
   """Data and model sizes of the task (the training flags are in TrainingConfig).
 
   Attributes:
-    data_files: Reddit comments JSON-lines files; None: the synthetic corpus (generated
-      once into `synthetic_cache_dir`).
+    data_files: Reddit comments JSON-lines files; None: the corpus named by `corpus`.
+    corpus: without `data_files`, "synthetic" (generated once into `synthetic_cache_dir`)
+      or "real_text" (`tasks/real_text.py`, built once from the installed packages).
     vocab_size, tokens_per_user, test_fraction, unroll, batch_size: paper 001 App. B
       preprocessing (10,000 / 1,600 / - / 10 / 8).
     embedding_size, lstm_size: the model (96 / 256).
@@ -54,6 +59,7 @@ class RedditSettings:
     seed: seeds the held-out split.
   """
   data_files: Optional[tuple[str, ...]] = None
+  corpus: str = "synthetic"
   vocab_size: int = data.PAPER_VOCAB_SIZE
   tokens_per_user: int = data.PAPER_TOKENS_PER_USER
   test_fraction: float = data.DEFAULT_TEST_FRACTION
@@ -70,6 +76,8 @@ class RedditSettings:
   seed: int = 0
 
   def __post_init__(self):
+    if self.corpus not in CORPORA:
+      raise ValueError(f"`corpus` must be one of {CORPORA}; got {self.corpus!r}.")
     for name in ("vocab_size", "tokens_per_user", "unroll", "batch_size", "embedding_size",
                  "lstm_size", "eval_users", "eval_batch_size", "synthetic_authors"):
       _checks.check_positive_int(name, getattr(self, name))
@@ -110,9 +118,11 @@ DEFAULT_PREPARED_CACHE_DIR = os.path.join("~", ".cache", "dp_fl", "reddit_prepar
 
 
 def data_files(settings: RedditSettings) -> tuple[str, ...]:
-  """The comment files: `data_files`, or the cached synthetic corpus."""
+  """The comment files: `data_files`, or the cached corpus."""
   if settings.data_files is not None:
     return settings.data_files
+  if settings.corpus == "real_text":
+    return (real_text.ensure_reddit_corpus(),)
   config = synthetic.SyntheticConfig(
       num_authors=settings.synthetic_authors,
       mean_comments_per_author=settings.synthetic_comments_per_author)
@@ -151,7 +161,19 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
     return tf.data.Dataset.from_tensor_slices((eval_x, eval_y)).batch(
         settings.eval_batch_size)
 
-  source = "synthetic corpus" if settings.data_files is None else ", ".join(paths)
+  # Validation data (comparisons choose learning rates on it): the held-out posts of as
+  # many other users, disjoint from the evaluation users.
+  validation_users = sorted(test)[settings.eval_users:2 * settings.eval_users]
+  validation_fn = None
+  if validation_users:
+    validation_x = np.concatenate([test[a][0] for a in validation_users])
+    validation_y = np.concatenate([test[a][1] for a in validation_users])
+
+    def validation_fn() -> tf.data.Dataset:
+      return tf.data.Dataset.from_tensor_slices((validation_x, validation_y)).batch(
+          settings.eval_batch_size)
+
+  source = f"{settings.corpus} corpus" if settings.data_files is None else ", ".join(paths)
   return task_lib.Task(
       name=TASK_NAME,
       train_data=InMemoryClientData(train, settings.batch_size),
@@ -165,6 +187,8 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
                                                                     settings.vocab_size)},
       project_weights=model.project_weights,
       data_quality=functools.partial(dict, prepared.data_quality),
+      validation_dataset_fn=validation_fn,
+      headline_metric=METRIC_NAME,
       description=(f"Reddit next-word prediction ({source}; vocabulary "
                    f"{len(prepared.vocab)} of {settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
                    f"{len(train)} train users of {settings.tokens_per_user} tokens, "

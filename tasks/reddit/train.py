@@ -27,15 +27,16 @@ from typing import Any, Optional, Sequence
 from dp_fl import runtime
 from dp_fl.training import cli
 
-TASK_FIELDS = ("data_files", "vocab_size", "tokens_per_user", "test_fraction", "unroll",
+TASK_FIELDS = ("data_files", "corpus", "vocab_size", "tokens_per_user", "test_fraction", "unroll",
                "batch_size", "embedding_size", "lstm_size", "eval_users", "eval_batch_size",
                "synthetic_authors", "synthetic_comments_per_author", "synthetic_cache_dir",
                "prepared_cache_dir")
 _INT_FIELDS = ("vocab_size", "tokens_per_user", "unroll", "batch_size", "embedding_size",
                "lstm_size", "eval_users", "eval_batch_size", "synthetic_authors")
 
-# Each preset: (task settings, training settings). Flags given by the user override both.
-PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+# Each preset: task settings, training settings, and training settings tuned per mechanism
+# (cli.Preset). Flags given by the user override all of them.
+PRESETS: dict[str, cli.Preset] = {
     # About 4 minutes on 2 CPU cores: a small tied-embedding LSTM over a 1000-word
     # vocabulary, ~1,900 synthetic users of 300 tokens, DP-FedAvg with Poisson sampling at
     # q = 100 / population, z = 0.7, S = 1. A 2-core quick job cannot use paper 001's
@@ -43,7 +44,7 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # parameters); two choices make the model learn anyway (dp_fl/training/README.md):
     # local Adam (local SGD learns this model slowly: 0.04 after 20 non-private rounds,
     # Adam 0.19) and server momentum 0.9, which averages the noise over rounds.
-    "quick": (
+    "quick": cli.Preset(
         dict(vocab_size=1000, tokens_per_user=300, embedding_size=32, lstm_size=64,
              synthetic_authors=4000, eval_users=300),
         dict(rounds=60, clients_per_round=100, mechanism="dpfedavg", participation="poisson",
@@ -56,7 +57,7 @@ PRESETS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # algorithm with a fixed learning rate of 6.0", B = 8, E = 1) and the server adds the
     # noised average update as is: client learning rate 6.0, server SGD with rate 1, no
     # momentum.
-    "paper001": (
+    "paper001": cli.Preset(
         dict(vocab_size=10000, tokens_per_user=1600, unroll=10, batch_size=8,
              embedding_size=96, lstm_size=256, eval_users=10000),
         dict(rounds=5000, clients_per_round=5000, mechanism="dpfedavg",
@@ -74,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
   task_group = parser.add_argument_group("task (Reddit data and model)")
   task_group.add_argument("--data_files", default=None,
                           help="comma-separated Reddit comments JSON-lines files (plain, .gz "
-                               "or .bz2); default: the synthetic corpus")
+                               "or .bz2); default: the corpus of --corpus")
+  task_group.add_argument("--corpus", default=None, choices=("synthetic", "real_text"),
+                          help="without --data_files: the synthetic corpus (default) or the "
+                               "real-text corpus built from the installed Python packages' "
+                               "docstrings and comments (tasks/real_text.py)")
   for name in _INT_FIELDS:
     task_group.add_argument(f"--{name}", type=int, default=None)
   task_group.add_argument("--test_fraction", type=float, default=None)
@@ -102,7 +107,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   runtime.configure_logging(args.verbosity)
   runtime.install_signal_handlers()
   from tasks.reddit import task as reddit_task  # pylint: disable=g-import-not-at-top
-  return cli.run_task_binary(args, settings_and_config, reddit_task.make_task)
+  return cli.run_task_binary(args, settings_and_config, reddit_task.make_task, PRESETS)
 
 
 if __name__ == "__main__":

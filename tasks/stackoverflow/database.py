@@ -10,6 +10,7 @@ One file, `<data_dir>/stackoverflow.sqlite` (TFF's real file, or the synthetic o
 splits train, heldout and test, every example a serialized `tf.train.Example` with the
 scalar features creation_date, score (int64), tags, title, tokens and type (bytes).
 
+`write_database` writes it (the synthetic and the real-text corpora);
 `load_client_data(data_dir)` reads it as TFF's own
 `tff.simulation.datasets.stackoverflow.load_data` does, after `check_database` has checked the
 file so that a wrong file fails with a message naming it, instead of a download attempt or a
@@ -40,7 +41,9 @@ import dataclasses
 import logging
 import os
 import sqlite3
+import tempfile
 import threading
+import time
 import urllib.parse
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -48,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from dp_fl import files
 from tasks.stackoverflow import _messages
 
 DATABASE_FILENAME = "stackoverflow.sqlite"  # As TFF names it.
@@ -637,3 +641,76 @@ def open_database(data_dir: str) -> Iterator[tuple[str, sqlite3.Connection]]:
     raise ValueError(
         f"StackOverflow data file {path} is corrupt or not a readable SQLite database "
         f"(sqlite3: {e}); expected TFF's {DATABASE_FILENAME}.") from e
+
+
+SplitRows = tuple[str, Sequence[tuple[str, str, bytes]], Sequence[tuple[str, str, int]]]
+
+
+def make_example(tokens: str, *, title: str = "", tags: str = "", creation_date: str = "",
+                 score: int = 0, post_type: str = "answer") -> bytes:
+  """One serialized record of the format: a tf.train.Example with the six scalar features."""
+  example = tf.train.Example()
+  feature = example.features.feature
+  for name, value in (("creation_date", creation_date), ("tags", tags), ("title", title),
+                      ("tokens", tokens), ("type", post_type)):
+    feature[name].bytes_list.value.append(value.encode("utf-8"))
+  feature["score"].int64_list.value.append(int(score))
+  return example.SerializeToString(deterministic=True)
+
+
+def write_database(directory: str, split_rows: Iterator[SplitRows], summary_filename: str,
+                   summary: Mapping[str, Any]) -> str:
+  """Writes `<directory>/stackoverflow.sqlite` in TFF's format; returns its path.
+
+  `split_rows` yields (split, `examples` rows (split, client_id, serialized example),
+  `client_metadata` rows (client_id, split, num_examples)). The database is written to a
+  temporary file in `directory` and renamed into place, so a killed writer never leaves a
+  partial `stackoverflow.sqlite`; `summary` plus the clients and examples per split and the
+  seconds it took go to `<directory>/<summary_filename>`.
+  """
+  directory = os.path.abspath(os.path.expanduser(os.fspath(directory)))
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, DATABASE_FILENAME)
+  start = time.monotonic()
+  fd, tmp = tempfile.mkstemp(prefix=f".{DATABASE_FILENAME}.", suffix=".tmp", dir=directory)
+  os.close(fd)
+  summary = dict(summary, num_clients={}, num_examples={})
+  try:
+    connection = sqlite3.connect(tmp)
+    try:
+      connection.execute("PRAGMA journal_mode = OFF;")
+      connection.execute("PRAGMA synchronous = OFF;")
+      # The schema of TFF's `sql_client_data_utils.save_to_sql_client_data`.
+      connection.execute(
+          "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
+          "serialized_example_proto BLOB NOT NULL);")
+      connection.execute(
+          "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
+          "num_examples INTEGER NOT NULL);")
+      for split, examples, metadata in split_rows:
+        connection.executemany(
+            "INSERT INTO examples (split_name, client_id, serialized_example_proto) "
+            "VALUES (?, ?, ?);", examples)
+        connection.executemany(
+            "INSERT INTO client_metadata (client_id, split_name, num_examples) "
+            "VALUES (?, ?, ?);", metadata)
+        summary["num_clients"][split] = len(metadata)
+        summary["num_examples"][split] = len(examples)
+      # TFF's per-client query reads by (client_id, split_name).
+      connection.execute(
+          "CREATE INDEX examples_client_split ON examples (client_id, split_name);")
+      connection.commit()
+    finally:
+      connection.close()
+    with open(tmp, "rb") as f:
+      os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a corpus is ordinary data.
+    summary["generation_seconds"] = round(time.monotonic() - start, 3)
+    files.atomic_write_json(os.path.join(directory, summary_filename), summary, indent=2,
+                            sort_keys=True)
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
+  return path

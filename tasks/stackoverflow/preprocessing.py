@@ -84,12 +84,28 @@ def make_train_client_data(
                                          num_epochs, sequence_length, num_oov_buckets))
 
 
+def eval_client_ids(client_ids: Sequence[str], max_clients: Optional[int], seed: int,
+                    exclude: Sequence[str] = ()) -> list[str]:
+  """The sorted ids of the evaluation sample: up to `max_clients` of `client_ids` minus
+  `exclude`, drawn with `seed` (all of them if `max_clients` is None or not smaller)."""
+  excluded = set(exclude)
+  client_ids = sorted(c for c in client_ids if c not in excluded)
+  if max_clients is not None:
+    max_clients = _checks.check_positive_int("max_clients", max_clients)
+    if max_clients < len(client_ids):
+      picked = np.random.default_rng(seed).choice(len(client_ids), size=max_clients,
+                                                  replace=False)
+      client_ids = [client_ids[i] for i in np.sort(picked)]
+  return client_ids
+
+
 def make_eval_dataset(
     client_data: tff.simulation.datasets.ClientData, vocab: Sequence[str],
     max_clients: Optional[int] = None, *, batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     max_elements_per_client: Optional[int] = None,
     sequence_length: int = DEFAULT_SEQUENCE_LENGTH,
     num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, seed: int = 0,
+    exclude: Sequence[str] = (),
 ) -> tf.data.Dataset:
   """One batched (x, y) dataset of the sentences of (up to `max_clients`) clients.
 
@@ -103,6 +119,8 @@ def make_eval_dataset(
     sequence_length: words per sentence kept.
     num_oov_buckets: OOV buckets.
     seed: seed of the client sample.
+    exclude: clients left out before sampling (e.g. the evaluation sample, for validation
+      data disjoint from it).
 
   Returns:
     The dataset, deterministic: clients in sorted-id order, each one's sentences in stored
@@ -111,13 +129,7 @@ def make_eval_dataset(
   """
   _check_client_data("client_data", client_data)
   seed = _checks.check_nonnegative_int("seed", seed)
-  client_ids = sorted(client_data.client_ids)
-  if max_clients is not None:
-    max_clients = _checks.check_positive_int("max_clients", max_clients)
-    if max_clients < len(client_ids):
-      picked = np.random.default_rng(seed).choice(len(client_ids), size=max_clients,
-                                                  replace=False)
-      client_ids = [client_ids[i] for i in np.sort(picked)]
+  client_ids = eval_client_ids(client_data.client_ids, max_clients, seed, exclude)
   if max_elements_per_client is not None:
     max_elements_per_client = _checks.check_positive_int("max_elements_per_client",
                                                          max_elements_per_client)

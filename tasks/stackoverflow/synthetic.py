@@ -47,14 +47,10 @@ Same config, same bytes, given the same NumPy, SQLite and protobuf (pinned in th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
-import sqlite3
-import tempfile
 import time
 from typing import Iterator, Optional, Sequence
 
@@ -430,52 +426,9 @@ def generate(config: SyntheticConfig, directory: str) -> str:
   """
   if not isinstance(config, SyntheticConfig):
     raise ValueError(f"`config` must be a SyntheticConfig; got {type(config).__name__}.")
-  directory = os.path.abspath(os.path.expanduser(os.fspath(directory)))
-  os.makedirs(directory, exist_ok=True)
-  path = os.path.join(directory, DATABASE_FILENAME)
-  start = time.monotonic()
-  fd, tmp = tempfile.mkstemp(prefix=f".{DATABASE_FILENAME}.", suffix=".tmp", dir=directory)
-  os.close(fd)
   summary = {"generator_version": GENERATOR_VERSION, "fingerprint": config.fingerprint(),
-             "config": dataclasses.asdict(config), "num_clients": {}, "num_examples": {}}
-  try:
-    connection = sqlite3.connect(tmp)
-    try:
-      connection.execute("PRAGMA journal_mode = OFF;")
-      connection.execute("PRAGMA synchronous = OFF;")
-      # The schema of TFF's `sql_client_data_utils.save_to_sql_client_data`.
-      connection.execute(
-          "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
-          "serialized_example_proto BLOB NOT NULL);")
-      connection.execute(
-          "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
-          "num_examples INTEGER NOT NULL);")
-      for split, examples, metadata in _all_rows(config):
-        connection.executemany(
-            "INSERT INTO examples (split_name, client_id, serialized_example_proto) "
-            "VALUES (?, ?, ?);", examples)
-        connection.executemany(
-            "INSERT INTO client_metadata (client_id, split_name, num_examples) "
-            "VALUES (?, ?, ?);", metadata)
-        summary["num_clients"][split] = len(metadata)
-        summary["num_examples"][split] = len(examples)
-      connection.execute(
-          "CREATE INDEX examples_client_split ON examples (client_id, split_name);")
-      connection.commit()
-    finally:
-      connection.close()
-    with open(tmp, "rb") as f:
-      os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is ordinary data.
-    summary["generation_seconds"] = round(time.monotonic() - start, 3)
-    files.atomic_write_text(os.path.join(directory, CONFIG_FILENAME),
-                       json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    raise
-  return path
+             "config": dataclasses.asdict(config)}
+  return database.write_database(directory, _all_rows(config), CONFIG_FILENAME, summary)
 
 
 def corpus_directory(config: Optional[SyntheticConfig] = None,
@@ -507,12 +460,7 @@ def ensure_corpus(config: Optional[SyntheticConfig] = None,
     The corpus directory.
   """
   directory = corpus_directory(config, cache_dir)
-  path = os.path.join(directory, DATABASE_FILENAME)
-  if os.path.exists(path):
-    return directory
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, ".lock"), "w") as lock:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    if not os.path.exists(path):
-      generate(SyntheticConfig() if config is None else config, directory)
+  files.build_once(os.path.join(directory, DATABASE_FILENAME),
+                   lambda _: generate(SyntheticConfig() if config is None else config,
+                                      directory))
   return directory

@@ -2,7 +2,9 @@
 
 Data in TFF's own SQLite format (`stackoverflow.sqlite`, read by TFF's unmodified
 `load_data`): the real file from `--data_dir`, or by default the synthetic corpus of
-`tasks/stackoverflow/synthetic.py` (same format, generated once and cached). Preprocessing as
+`tasks/stackoverflow/synthetic.py` (same format, generated once and cached), or with
+`corpus="real_text"` the real-text corpus of `tasks/real_text.py` (the prose of the installed
+Python packages, one client per module; built once and cached). Preprocessing as
 TFF's baseline (vocabulary + 1 OOV bucket, 20 words, BOS/EOS/pad, per-client cap, batches);
 model: embedding → LSTM → projection → softmax over the extended vocabulary (at the paper's
 sizes, 96 / 670 / 96 and vocabulary 10000: 4,050,748 parameters). Bad records of the file
@@ -17,6 +19,7 @@ from typing import Optional
 
 from dp_fl import _checks
 from dp_fl.training import task as task_lib
+from tasks import real_text
 from tasks.stackoverflow import baselines
 from tasks.stackoverflow import database
 from tasks.stackoverflow import in_memory
@@ -26,6 +29,7 @@ from tasks.stackoverflow import synthetic
 from tasks.stackoverflow import vocab as vocab_lib
 
 TASK_NAME = "stackoverflow"
+CORPORA = ("synthetic", "real_text")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,8 +37,10 @@ class StackOverflowSettings:
   """Data and model sizes of the task (the training flags are in TrainingConfig).
 
   Attributes:
-    data_dir: directory holding `stackoverflow.sqlite` (TFF's format); None: the synthetic
-      corpus (generated once into `synthetic_cache_dir`).
+    data_dir: directory holding `stackoverflow.sqlite` (TFF's format); None: the corpus
+      named by `corpus`.
+    corpus: without `data_dir`, "synthetic" (generated once into `synthetic_cache_dir`) or
+      "real_text" (`tasks/real_text.py`, built once from the installed packages).
     word_count_file: a `stackoverflow.word_count` file for the vocabulary; None: count the
       train split once (cached next to the data).
     vocab_size, num_oov_buckets, sequence_length: TFF's baseline preprocessing.
@@ -48,6 +54,7 @@ class StackOverflowSettings:
       full real corpus (135M sentences) use False.
   """
   data_dir: Optional[str] = None
+  corpus: str = "synthetic"
   word_count_file: Optional[str] = None
   vocab_size: int = vocab_lib.DEFAULT_VOCAB_SIZE
   num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS
@@ -63,6 +70,8 @@ class StackOverflowSettings:
   in_memory: bool = True
 
   def __post_init__(self):
+    if self.corpus not in CORPORA:
+      raise ValueError(f"`corpus` must be one of {CORPORA}; got {self.corpus!r}.")
     for name in ("vocab_size", "num_oov_buckets", "sequence_length", "batch_size",
                  "max_elements_per_client", "embedding_size", "lstm_size", "eval_clients",
                  "synthetic_clients"):
@@ -73,9 +82,11 @@ class StackOverflowSettings:
 
 
 def data_directory(settings: StackOverflowSettings) -> str:
-  """The directory of `stackoverflow.sqlite`: `data_dir`, or the cached synthetic corpus."""
+  """The directory of `stackoverflow.sqlite`: `data_dir`, or the cached corpus."""
   if settings.data_dir is not None:
     return settings.data_dir
+  if settings.corpus == "real_text":
+    return real_text.ensure_stackoverflow_corpus()
   config = synthetic.SyntheticConfig(
       num_train_clients=settings.synthetic_clients,
       num_heldout_clients=max(1, settings.synthetic_clients // 8),
@@ -102,8 +113,18 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       preprocessing.make_eval_dataset, heldout, vocab, settings.eval_clients,
       max_elements_per_client=settings.eval_max_elements_per_client,
       sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets)
+  # Validation data (comparisons choose learning rates on it): as many other held-out
+  # clients, disjoint from the evaluation sample.
+  eval_ids = preprocessing.eval_client_ids(heldout.client_ids, settings.eval_clients, 0)
+  validation_fn = None
+  if len(heldout.client_ids) > len(eval_ids):
+    validation_fn = functools.partial(
+        preprocessing.make_eval_dataset, heldout, vocab, settings.eval_clients,
+        max_elements_per_client=settings.eval_max_elements_per_client,
+        sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets,
+        seed=1, exclude=eval_ids)
   baseline = baselines.unigram_baseline_accuracy(eval_fn(), vocab_size, settings.num_oov_buckets)
-  source = "synthetic corpus" if settings.data_dir is None else directory
+  source = f"{settings.corpus} corpus" if settings.data_dir is None else directory
   return task_lib.Task(
       name=TASK_NAME,
       train_data=train_data,
@@ -115,6 +136,8 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       metrics_fn=functools.partial(model.metrics_fn, vocab_size, settings.num_oov_buckets),
       baseline_metrics={f"unigram_{k}": v for k, v in baseline.items()},
       data_quality=train.quarantine.summary,
+      validation_dataset_fn=validation_fn,
+      headline_metric="accuracy_without_out_of_vocab_or_end_of_sentence",
       description=(f"StackOverflow next-word prediction ({source}; vocabulary {vocab_size} + "
                    f"{settings.num_oov_buckets} OOV, LSTM {settings.lstm_size}, "
                    f"{len(train.client_ids)} train clients)"))

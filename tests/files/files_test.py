@@ -35,5 +35,36 @@ def test_a_missing_directory_is_an_error(tmp_path):
     files.atomic_write_text(str(tmp_path / "missing" / "a.txt"), "x")
 
 
+def test_atomic_output_appears_whole_or_not_at_all(tmp_path):
+  path = tmp_path / "b.bin"
+  with files.atomic_output(str(path)) as f:
+    f.write(b"first")
+    assert not path.exists()  # Nothing visible before the block ends.
+  assert path.read_bytes() == b"first"
+  with pytest.raises(RuntimeError):
+    with files.atomic_output(str(path)) as f:
+      f.write(b"second, half")
+      raise RuntimeError("writer failed")
+  assert path.read_bytes() == b"first"
+  assert os.listdir(tmp_path) == ["b.bin"]
+
+
+def test_build_once_builds_only_when_missing(tmp_path):
+  path = tmp_path / "cache" / "corpus.txt"
+  calls = []
+
+  def build(target):
+    calls.append(target)
+    files.atomic_write_text(target, "built")
+
+  assert files.build_once(str(path), build) == str(path)
+  assert files.build_once(str(path), build) == str(path)
+  assert calls == [str(path)] and path.read_text() == "built"
+  with pytest.raises(ValueError):  # A failed build leaves nothing; the next call retries.
+    files.build_once(str(tmp_path / "cache" / "other.txt"),
+                     lambda _: (_ for _ in ()).throw(ValueError("no")))
+  assert not (tmp_path / "cache" / "other.txt").exists()
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

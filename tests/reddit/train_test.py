@@ -65,7 +65,7 @@ def test_train_bad_input_is_a_clear_error(tmp_path, capsys):
 
 def test_paper001_preset_reproduces_the_papers_epsilon():
   from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
-  _, preset = train.PRESETS["paper001"]
+  preset = train.PRESETS["paper001"].training
   assert (preset["mechanism"], preset["participation"]) == ("dpfedavg", "poisson")
   report = report_lib.dpfedavg_report(763430, preset["clients_per_round"],
                                       preset["noise_multiplier"], preset["rounds"],

@@ -62,7 +62,8 @@ def _rows(root, name="train") -> list[int]:
 def _binary(config_or_error, task=None, **args):
   """cli.run_task_binary on the toy task: (exit code, stderr)."""
   namespace = argparse.Namespace(calibrate_epsilon=None, format="json", debug=False,
-                                 memory_budget_gb=None, time_budget_hours=None)
+                                 memory_budget_gb=None, time_budget_hours=None,
+                                 preset="toy")
   for key, value in args.items():
     setattr(namespace, key, value)
 
@@ -76,7 +77,8 @@ def _binary(config_or_error, task=None, **args):
   sys.stderr = err
   try:
     code = cli.run_task_binary(namespace, settings_and_config,
-                               lambda _: task or toy_task.make_task())
+                               lambda _: task or toy_task.make_task(),
+                               {"toy": cli.Preset({}, {})})
   finally:
     sys.stderr = old
   return code, err.getvalue()
@@ -335,6 +337,13 @@ def test_compare_names_its_own_flags(tmp_path, capsys):
   assert "--out_dir" in capsys.readouterr().err
   assert compare.main(["--mechanisms", "blt,warp"]) == exits.BAD_INPUT
   assert "'blt,warp'" in capsys.readouterr().err
+  for argv, named in ((["--seeds", "0"], "--seeds=0"),
+                      (["--lr_factors", "1,fast"], "--lr_factors='1,fast'"),
+                      (["--lr_factors", "0.5,-1"], "--lr_factors='0.5,-1'"),
+                      (["--mechanism", "blt"], "--mechanisms")):
+    assert compare.main(argv + ["--out_dir", str(tmp_path / "c")]) == exits.BAD_INPUT
+    assert named in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "c")  # Refused before anything was written.
 
 
 def test_exit_codes_say_how_the_run_ended(tmp_path):

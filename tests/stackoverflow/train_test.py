@@ -68,16 +68,19 @@ def test_train_bad_input_is_a_clear_error(tmp_path, capsys):
 
 def test_compare_writes_a_table_marked_by_its_data(corpus_dir, tmp_path, capsys):
   code = compare.main(["--mechanisms=none,dpsgd", "--rounds=2", "--calibrate_epsilon=4",
-                       f"--data_dir={corpus_dir}", f"--out_dir={tmp_path}",
-                       *_TINY_FLAGS])
+                       f"--data_dir={corpus_dir}", f"--out_dir={tmp_path}", "--seeds=1",
+                       "--lr_factors=1", *_TINY_FLAGS])
   assert code == 0, capsys.readouterr()
   with open(tmp_path / "comparison.json") as f:
     table = json.load(f)
   assert [r["mechanism"] for r in table["rows"]] == ["none", "dpsgd"]
   assert table["rows"][0]["epsilon"] is None
   assert table["rows"][1]["epsilon"] <= 4.0 + 1e-9
-  assert table["synthetic_data"] is False
-  assert "| dpsgd |" in (tmp_path / "comparison.md").read_text()
+  assert str(corpus_dir) in table["description"]  # The data the numbers are on.
+  assert table["headline_metric"] == "accuracy_without_out_of_vocab_or_end_of_sentence"
+  markdown = (tmp_path / "comparison.md").read_text()
+  assert "| dpsgd |" in markdown and str(corpus_dir) in markdown
+  assert (tmp_path / "comparison.png").exists()
 
 
 if __name__ == "__main__":

@@ -124,6 +124,7 @@ class _FakeOutputs:
 
   def __init__(self):
     self.train_rows, self.evals, self.reports, self.lines = [], [], [], []
+    self.epsilons = []
 
   def train(self, round_number, metrics):
     self.train_rows.append((round_number, dict(metrics)))
@@ -136,6 +137,9 @@ class _FakeOutputs:
 
   def progress(self, line):
     self.lines.append(line)
+
+  def epsilon_so_far(self, round_number, epsilon):
+    self.epsilons.append((round_number, epsilon))
 
 
 class _FakeMeter:
@@ -458,6 +462,9 @@ def test_epsilon_so_far_comes_from_one_accountant_and_never_decreases():
   shown = [float(line.split("eps ")[1].split()[0]) for line in parts["outputs"].lines]
   assert shown == sorted(shown) and shown[-1] == pytest.approx(0.5 * 8)
   assert any("report ε 2.400 (pld)" in line for line in parts["outputs"].lines)
+  # The ε-vs-rounds figure plots exactly what the progress lines showed, round by round.
+  assert [eps for _, eps in parts["outputs"].epsilons] == shown
+  assert [r for r, _ in parts["outputs"].epsilons][-1] == 8
 
 
 class _BrokenLearner(_FakeLearner):

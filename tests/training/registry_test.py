@@ -112,3 +112,56 @@ def test_dp_ftrl_entries_build_save_and_reload_their_mechanism(tmp_path):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+# -- the non-private references (issue #19) --------------------------------------------------
+
+def _aggregate(factory, client_values):
+  import collections  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  value_type = tff.types.to_type(collections.OrderedDict(w=tff.TensorType(np.float32, [3])))
+  process = factory.create(value_type)
+  values = [collections.OrderedDict(w=np.asarray(v, np.float32)) for v in client_values]
+  return process.next(process.initialize(), values).result["w"]
+
+
+def test_clip_is_the_dp_estimator_without_the_noise(tmp_path):
+  # Clipped updates summed over the cohort and divided by the report goal m, as DP-FTRL does
+  # (paper 004, Alg. 1): a clip-only run differs from a DP run by the noise alone. (It used
+  # TFF's mean over the realized cohort: with cohorts below m its step was up to m/|cohort|
+  # times the DP runs', which server momentum then amplified; docs/RESULTS.md.)
+  from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
+  config = _config(tmp_path, mechanism="clip", noise_multiplier=0.0, clients_per_round=4,
+                   clip_norm=1.0)
+  clients = [[3.0, 4.0, 0.0], [0.0, 0.3, 0.4], [np.nan, 1.0, 1.0]]  # 2 valid, 1 non-finite
+  clip = _aggregate(registry.mechanism("clip").aggregator(config, None, 10), clients)
+  np.testing.assert_allclose(clip, (np.array([0.6, 0.8, 0.0]) + [0.0, 0.3, 0.4]) / 4,
+                             rtol=1e-6)
+  dp = _aggregate(dp_ftrl.DPFTRLFactory.dpsgd(clip_norm=1.0, noise_multiplier=0.0,
+                                              clients_per_round=4, seed=1), clients)
+  np.testing.assert_allclose(clip, dp, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mechanism", ["none", "clip"])
+def test_non_private_rounds_without_clients_leave_the_model_unchanged(tmp_path, mechanism):
+  # An empty round gave 0/0 = NaN with TFF's mean; the finalizer refused it and the run
+  # stopped "non-finite server update" (docs/RESULTS.md: both non-private runs, round 47).
+  config = _config(tmp_path, mechanism=mechanism, noise_multiplier=0.0)
+  update = _aggregate(registry.mechanism(mechanism).aggregator(config, None, 10), [])
+  np.testing.assert_array_equal(update, np.zeros(3, np.float32))
+
+
+def test_none_is_the_mean_over_the_clients_that_reported(tmp_path):
+  config = _config(tmp_path, mechanism="none", noise_multiplier=0.0, clients_per_round=4)
+  update = _aggregate(registry.mechanism("none").aggregator(config, None, 10),
+                      [[3.0, 0.0, 0.0], [1.0, 2.0, 0.0]])
+  np.testing.assert_allclose(update, [2.0, 1.0, 0.0])
+
+
+def test_clip_under_poisson_divides_by_the_expected_cohort(tmp_path):
+  config = _config(tmp_path, mechanism="clip", noise_multiplier=0.0, participation="poisson",
+                   clients_per_round=5, population_sampling_rate=0.25)
+  assert registry.expected_cohort(config, 40) == pytest.approx(10.0)
+  update = _aggregate(registry.mechanism("clip").aggregator(config, None, 40),
+                      [[0.5, 0.0, 0.0]])
+  np.testing.assert_allclose(update, [0.05, 0.0, 0.0], rtol=1e-6)

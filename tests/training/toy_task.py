@@ -47,6 +47,11 @@ def _eval_dataset():
   return tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys))).batch(32)
 
 
+def _validation_dataset():
+  xs, ys = zip(*(_client_arrays(2000 + i) for i in range(8)))
+  return tf.data.Dataset.from_tensor_slices((np.concatenate(xs), np.concatenate(ys))).batch(32)
+
+
 def _keras_model():
   return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
                               tf.keras.layers.Dense(3)])
@@ -61,5 +66,7 @@ def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = Non
       keras_model_fn=_keras_model,
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics_fn=lambda: [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-      baseline_metrics={"accuracy": 1 / 3},
+      baseline_metrics={"accuracy": 1 / 3, "unigram_accuracy": 1 / 3},
+      validation_dataset_fn=_validation_dataset,
+      headline_metric="accuracy",
       description="toy 3-class softmax regression")

@@ -1,0 +1,248 @@
+"""Honest comparisons of mechanisms at one ε: tuned per mechanism, several seeds, references.
+
+Paper 004 compares mechanisms after tuning each one's learning rates separately; comparing
+them at one shared learning rate measures the rate, not the mechanism. `compare` does, for
+each mechanism (private ones and the non-private references `none` and `clip`):
+
+1. σ calibrated so the planned schedule reaches the target ε at δ (private mechanisms);
+2. a small grid of server learning rates (the mechanism's tuned rate × `lr_factors`),
+   each trained once and scored on the task's **validation** data
+   (`Task.validation_dataset_fn`, disjoint from the evaluation data);
+3. the best rate (by the task's headline metric) trained with `seeds` other seeds (model
+   initialization and the simulated population; the noise from OS entropy, or from
+   `reproducible_noise_seed + seed`), scored on the **evaluation** data;
+4. a row: the headline metric and accuracy as mean ± std over the seeds, the chosen rate,
+   the realized ε of every seed (the largest is the row's ε).
+
+Outputs in `out_dir`: `comparison.json` (every run), `comparison.md` (the table, the
+baseline, the command's settings) and `comparison.png` (mean ± std per mechanism, the
+unigram baseline dashed). Each run has its own run directory
+`<out_dir>/<mechanism>/{lr_<rate>,seed_<s>}` with its figures and report; rerunning the
+same command resumes unfinished runs and reuses finished ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from dp_fl import files
+from dp_fl.training import config as config_lib
+from dp_fl.training import figures
+from dp_fl.training import program
+from dp_fl.training import task as task_lib
+
+DEFAULT_MECHANISMS = ("none", "clip", "dpsgd", "tree", "bandmf", "blt")
+DEFAULT_LR_FACTORS = (0.5, 1.0, 2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+  """One training run of a comparison."""
+  mechanism: str
+  phase: str  # "validation" (the grid) or "evaluation" (the seeds)
+  server_learning_rate: float
+  seed: int
+  metric: float
+  accuracy: float
+  epsilon: Optional[float]
+  rounds: int
+  stopped: str
+  seconds: float
+  root_dir: str
+
+
+def _metric(result: program.RunResult, name: str) -> float:
+  value = result.eval_metrics.get(name, float("nan"))
+  # A run that stopped early (diverged) is scored as what it reached; a NaN scores -inf
+  # in the grid so it is never chosen.
+  return float(value)
+
+
+def _grid_key(rate: float) -> str:
+  return f"{rate:.6g}"
+
+
+def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.TrainingConfig], *,
+            mechanisms: Sequence[str], target_epsilon: float, out_dir: str,
+            lr_factors: Sequence[float] = DEFAULT_LR_FACTORS, seeds: int = 3,
+            progress: Callable[[str], None] = print) -> dict[str, Any]:
+  """Runs the comparison (see the module doc); returns what `comparison.json` holds.
+
+  Args:
+    task: the task; its `validation_dataset_fn` is required when `lr_factors` has more
+      than one value.
+    config_for: the run's TrainingConfig for a mechanism (preset, its per-mechanism
+      settings, the user's flags); `root_dir`, `seed`, the server rate and σ are set here.
+    mechanisms: the mechanisms to compare (non-private ones are the reference rows).
+    target_epsilon: the ε every private row is calibrated to.
+    out_dir: where the runs and the outputs go.
+    lr_factors: the grid, as factors of each mechanism's configured server rate.
+    seeds: runs per mechanism at the chosen rate.
+    progress: where progress lines go.
+  """
+  if not target_epsilon > 0 or math.isinf(target_epsilon):
+    raise ValueError(f"`target_epsilon` must be a finite ε > 0; got {target_epsilon!r}.")
+  if seeds < 1:
+    raise ValueError(f"`seeds` must be >= 1; got {seeds!r}.")
+  factors = tuple(float(f) for f in lr_factors)
+  if not factors or any(not (f > 0 and math.isfinite(f)) for f in factors):
+    raise ValueError(f"`lr_factors` must be positive numbers; got {lr_factors!r}.")
+  validation = task.for_validation() if len(factors) > 1 else None
+  metric = task.headline_metric
+  records: list[RunRecord] = []
+  rows = []
+  for mechanism in mechanisms:
+    base = config_for(mechanism)
+    if base.is_private:
+      base = base.replace(noise_multiplier=program.calibrate_noise_multiplier(
+          base.replace(root_dir=os.path.join(out_dir, mechanism)), target_epsilon))
+    grid = []
+    if validation is not None:
+      for factor in factors:
+        rate = base.server_learning_rate * factor
+        record = _run(validation, base, mechanism, "validation", rate, base.seed,
+                      os.path.join(out_dir, mechanism, f"lr_{_grid_key(rate)}"), metric,
+                      progress)
+        records.append(record)
+        grid.append(record)
+      best = max(grid, key=lambda r: (r.metric if math.isfinite(r.metric) else -math.inf,
+                                      -r.server_learning_rate))
+      chosen = best.server_learning_rate
+    else:
+      chosen = base.server_learning_rate * factors[0]
+    runs = []
+    for s in range(seeds):
+      seed = base.seed + 1 + s
+      record = _run(task, base, mechanism, "evaluation", chosen, seed,
+                    os.path.join(out_dir, mechanism, f"seed_{seed}"), metric, progress)
+      records.append(record)
+      runs.append(record)
+    rows.append(_row(mechanism, base, chosen, grid, runs))
+  output = {
+      "task": task.name, "description": task.description, "target_epsilon": target_epsilon,
+      "headline_metric": metric, "baseline": dict(task.baseline_metrics),
+      "lr_factors": list(factors), "seeds": seeds, "rows": rows,
+      "runs": [dataclasses.asdict(r) for r in records],
+  }
+  write_outputs(output, out_dir)
+  return output
+
+
+def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, phase: str,
+         rate: float, seed: int, root_dir: str, metric: str,
+         progress: Callable[[str], None]) -> RunRecord:
+  noise_seed = (None if base.reproducible_noise_seed is None
+                else base.reproducible_noise_seed + seed)
+  config = base.replace(root_dir=root_dir, server_learning_rate=rate, seed=seed,
+                        reproducible_noise_seed=noise_seed)
+  progress(f"== {mechanism} ({phase}): server lr {rate:.4g}, seed {seed}, σ "
+           f"{config.noise_multiplier:.4g} -> {root_dir}")
+  result = program.run(task, config)
+  return RunRecord(
+      mechanism=mechanism, phase=phase, server_learning_rate=rate, seed=seed,
+      metric=_metric(result, metric),
+      accuracy=float(result.eval_metrics.get("accuracy",
+                                             result.eval_metrics.get(metric, float("nan")))),
+      epsilon=result.epsilon, rounds=result.rounds_completed, stopped=result.stopped,
+      seconds=result.seconds, root_dir=root_dir)
+
+
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+  finite = [v for v in values if math.isfinite(v)]
+  if len(finite) < len(values) or not finite:
+    return float("nan"), float("nan")
+  return statistics.fmean(finite), (statistics.stdev(finite) if len(finite) > 1 else 0.0)
+
+
+def _row(mechanism: str, base: config_lib.TrainingConfig, chosen: float,
+         grid: Sequence[RunRecord], runs: Sequence[RunRecord]) -> dict[str, Any]:
+  mean, std = _mean_std([r.metric for r in runs])
+  accuracy_mean, accuracy_std = _mean_std([r.accuracy for r in runs])
+  epsilons = [r.epsilon for r in runs]
+  return {
+      "mechanism": mechanism, "private": base.is_private,
+      "noise_multiplier": base.noise_multiplier if base.is_private else None,
+      "server_learning_rate": chosen,
+      "grid": {_grid_key(r.server_learning_rate): r.metric for r in grid},
+      "metric_mean": mean, "metric_std": std,
+      "accuracy_mean": accuracy_mean, "accuracy_std": accuracy_std,
+      "epsilon": None if any(e is None for e in epsilons) else max(epsilons),
+      "epsilons": epsilons, "delta": base.delta,
+      "rounds": [r.rounds for r in runs], "stopped": [r.stopped for r in runs],
+      "seconds": sum(r.seconds for r in runs),
+  }
+
+
+def markdown(output: Mapping[str, Any]) -> str:
+  """The comparison as a Markdown table (mean ± std over the seeds)."""
+  metric = output["headline_metric"]
+  baseline = output["baseline"]
+  base = baseline.get(f"unigram_{metric}")
+  lines = [f"# {output['task']}: mechanisms at ε = {output['target_epsilon']:g}", "",
+           output["description"], "",
+           f"Each row: the server learning rate chosen on validation data from the "
+           f"mechanism's rate × {output['lr_factors']}, then {output['seeds']} seeds at that "
+           "rate on the evaluation data (mean ± std). ε: the largest realized over the "
+           "seeds (an upper bound, from the participation actually realized).", "",
+           f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in output["rows"]:
+    sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4g}"
+    eps = "∞ (not private)" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
+    rounds = "/".join(str(x) for x in sorted(set(r["rounds"])))
+    stopped = sorted(set(r["stopped"]) - {"completed"})
+    if stopped:
+      rounds += f" ({', '.join(stopped)})"
+    lines.append(f"| {r['mechanism']} | {sigma} | {r['server_learning_rate']:.3g} | "
+                 f"{r['metric_mean']:.4f} ± {r['metric_std']:.4f} | "
+                 f"{r['accuracy_mean']:.4f} ± {r['accuracy_std']:.4f} | {eps} | {rounds} |")
+  lines += ["", "Unigram baseline (always the most frequent word): " + ", ".join(
+      f"{k.removeprefix('unigram_')} {v:.4f}" for k, v in baseline.items())]
+  if base is not None:
+    above = [r["mechanism"] for r in output["rows"] if r["metric_mean"] > base]
+    lines.append(f"Above the unigram {metric} ({base:.4f}): {', '.join(above) or 'none'}.")
+  return "\n".join(lines) + "\n"
+
+
+def comparison_figure(output: Mapping[str, Any]) -> Any:
+  """Bar chart: the headline metric per mechanism (mean ± std), the unigram baseline dashed."""
+  metric = output["headline_metric"]
+  figure, ax = figures.new_figure(7.0, 4.2)
+  rows = output["rows"]
+  names = [r["mechanism"] for r in rows]
+  means = [r["metric_mean"] for r in rows]
+  stds = [r["metric_std"] for r in rows]
+  colors = ["tab:gray" if not r["private"] else "tab:blue" for r in rows]
+  ax.bar(range(len(rows)), means, yerr=stds, color=colors, capsize=4)
+  for i, r in enumerate(rows):
+    label = "∞" if r["epsilon"] is None else f"ε={r['epsilon']:.2g}"
+    ax.annotate(label, (i, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                fontsize=7, color="white")
+  ax.set_xticks(range(len(rows)), names)
+  base = output["baseline"].get(f"unigram_{metric}")
+  if base is not None:
+    ax.axhline(base, color="black", linestyle="--", linewidth=1,
+               label=f"unigram baseline ({base:.3f})")
+    ax.legend(fontsize=8)
+  ax.set_ylabel(f"{metric}\n(mean ± std, {output['seeds']} seeds)", fontsize=8)
+  ax.set_title(f"{output['task']}: mechanisms at ε = {output['target_epsilon']:g} "
+               "(gray: non-private references)", fontsize=10)
+  ax.grid(alpha=0.3, axis="y")
+  return figure
+
+
+def write_outputs(output: Mapping[str, Any], out_dir: str) -> dict[str, str]:
+  """comparison.json, comparison.md and comparison.png in `out_dir`; returns their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {"json": os.path.join(out_dir, "comparison.json"),
+           "markdown": os.path.join(out_dir, "comparison.md"),
+           "figure": os.path.join(out_dir, "comparison.png")}
+  files.atomic_write_json(paths["json"], output, indent=1, default=str)
+  files.atomic_write_text(paths["markdown"], markdown(output)
+                          + "\n![comparison](comparison.png)\n")
+  figures.save_figure(comparison_figure(output), paths["figure"])
+  return paths

@@ -1,0 +1,123 @@
+"""Tests of the per-mechanism tuned comparison (dp_fl/training/compare.py) on the toy task."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from dp_fl import runtime
+from dp_fl.training import compare
+from tests.training import toy_program
+from tests.training import toy_task
+
+
+class _Counting:
+  def __init__(self, fn):
+    self.fn, self.calls = fn, 0
+
+  def __call__(self):
+    self.calls += 1
+    return self.fn()
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+  out_dir = str(tmp_path_factory.mktemp("cmp"))
+  task = toy_task.make_task()
+  evaluation = _Counting(task.eval_dataset_fn)
+  validation = _Counting(task.validation_dataset_fn)
+  task = dataclasses.replace(task, eval_dataset_fn=evaluation, validation_dataset_fn=validation)
+
+  def config_for(mechanism):
+    return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
+                                  server_momentum=0.0, reproducible_noise_seed=11)
+
+  with runtime.execution_context():
+    output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                             target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
+                             seeds=2, progress=lambda line: None)
+  return output, out_dir, evaluation, validation
+
+
+def test_grid_runs_score_on_validation_data_and_seed_runs_on_evaluation_data(comparison):
+  output, _, evaluation, validation = comparison
+  phases = [r["phase"] for r in output["runs"]]
+  assert phases.count("validation") == 4 and phases.count("evaluation") == 4
+  # One evaluation per run (eval_every = rounds): the grid never saw the evaluation data.
+  assert validation.calls == 4
+  assert evaluation.calls == 4
+
+
+def test_the_chosen_rate_is_the_best_on_validation(comparison):
+  output, _, _, _ = comparison
+  for row in output["rows"]:
+    grid = {float(k): v for k, v in row["grid"].items()}
+    assert set(grid) == {0.25, 2.0}
+    assert row["server_learning_rate"] == max(grid, key=lambda k: (grid[k], -k))
+    seeds = [r for r in output["runs"]
+             if r["mechanism"] == row["mechanism"] and r["phase"] == "evaluation"]
+    assert {r["server_learning_rate"] for r in seeds} == {row["server_learning_rate"]}
+    assert [r["seed"] for r in seeds] == [4, 5]  # config seed 3 + 1 + s
+    values = [r["metric"] for r in seeds]
+    assert row["metric_mean"] == pytest.approx(np.mean(values))
+    assert row["metric_std"] == pytest.approx(np.std(values, ddof=1))
+
+
+def test_private_rows_report_the_realized_epsilon_of_every_seed(comparison):
+  output, _, _, _ = comparison
+  rows = {r["mechanism"]: r for r in output["rows"]}
+  assert rows["clip"]["epsilon"] is None and rows["clip"]["noise_multiplier"] is None
+  dpsgd = rows["dpsgd"]
+  assert len(dpsgd["epsilons"]) == 2
+  assert dpsgd["epsilon"] == max(dpsgd["epsilons"])
+  assert 0 < dpsgd["epsilon"] <= 20.0 * (1 + 1e-6)  # calibrated to the planned schedule
+  for run in output["runs"]:  # Each figure comes from a run's own summary.
+    with open(os.path.join(run["root_dir"], "summary.json")) as f:
+      summary = json.load(f)
+    assert summary["eval"]["accuracy"] == pytest.approx(run["metric"])
+    assert summary["epsilon"] == run["epsilon"]
+
+
+def test_outputs_json_markdown_and_png(comparison):
+  output, out_dir, _, _ = comparison
+  with open(os.path.join(out_dir, "comparison.json")) as f:
+    assert json.load(f)["rows"] == json.loads(json.dumps(output["rows"]))
+  text = open(os.path.join(out_dir, "comparison.md")).read()
+  assert "| clip | — |" in text and "| dpsgd |" in text and "comparison.png" in text
+  with open(os.path.join(out_dir, "comparison.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  figure = compare.comparison_figure(output)
+  bars = [p.get_height() for p in figure.axes[0].patches]
+  np.testing.assert_allclose(bars, [r["metric_mean"] for r in output["rows"]])
+
+
+def test_every_run_directory_has_its_figures(comparison):
+  output, _, _, _ = comparison
+  for run in output["runs"]:
+    assert os.path.exists(os.path.join(run["root_dir"], "report.md"))
+    assert os.path.exists(os.path.join(run["root_dir"], "figures", "loss.png"))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(target_epsilon=0.0), "target_epsilon"),
+    (dict(target_epsilon=float("inf")), "target_epsilon"),
+    (dict(seeds=0), "seeds"),
+    (dict(lr_factors=(1.0, -2.0)), "lr_factors"),
+])
+def test_bad_arguments_are_refused_before_training(kwargs, message, tmp_path):
+  args = dict(mechanisms=("clip",), target_epsilon=8.0, out_dir=str(tmp_path))
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=message):
+    compare.compare(toy_task.make_task(), lambda m: None, **args)
+  assert not os.listdir(tmp_path)
+
+
+def test_a_task_without_validation_data_cannot_run_a_grid(tmp_path):
+  task = dataclasses.replace(toy_task.make_task(), validation_dataset_fn=None)
+  with pytest.raises(ValueError, match="no validation data"):
+    compare.compare(task, lambda m: None, mechanisms=("clip",), target_epsilon=8.0,
+                    out_dir=str(tmp_path), lr_factors=(0.5, 1.0))
