@@ -99,7 +99,8 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
     base = config_for(mechanism)
     if base.is_private:
       base = base.replace(noise_multiplier=program.calibrate_noise_multiplier(
-          base.replace(root_dir=os.path.join(out_dir, mechanism)), target_epsilon))
+          base.replace(root_dir=os.path.join(out_dir, mechanism)), target_epsilon,
+          len(task.train_data.client_ids)))
     grid = []
     if validation is not None:
       for factor in factors:

@@ -506,7 +506,8 @@ def _run_summary(task: task_lib.Task, result: RunResult,
 
 
 def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
-                               target_epsilon: float) -> float:
+                               target_epsilon: float,
+                               num_clients: Optional[int] = None) -> float:
   """σ such that the *planned* schedule reaches `target_epsilon` at `config.delta`.
 
   DP-FTRL: σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
@@ -517,7 +518,7 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   entry = registry.mechanism(config.mechanism)
   if entry.private:
     check_root_dir(config.root_dir)
-  return entry.calibrate(config, target_epsilon)
+  return entry.calibrate(config, target_epsilon, num_clients)
 
 
 def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,

@@ -86,9 +86,11 @@ class MechanismEntry(abc.ABC):
     del config, mechanism, num_clients
     return privacy_lib.NoPrivacy()
 
-  def calibrate(self, config: "config_lib.TrainingConfig", target_epsilon: float) -> float:
-    """σ such that the planned schedule reaches `target_epsilon` at `config.delta`."""
-    del config, target_epsilon
+  def calibrate(self, config: "config_lib.TrainingConfig", target_epsilon: float,
+                num_clients: Optional[int] = None) -> float:
+    """σ such that the planned schedule reaches `target_epsilon` at `config.delta`
+    (`num_clients`: the task's population, when the mechanism's accounting needs it)."""
+    del config, target_epsilon, num_clients
     raise ValueError(f"`--calibrate_epsilon` needs a private mechanism; --mechanism={self.name} "
                      "has no noise to calibrate.")
 
@@ -143,11 +145,12 @@ class DpFtrlEntry(MechanismEntry):
         mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
         config.delta, scope=privacy_lib.release_scope(config, sampled=False))
 
-  def calibrate(self, config, target_epsilon):
+  def calibrate(self, config, target_epsilon, num_clients=None):
     """σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
     max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
     lower bound is known (never the lower bound)."""
     from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
+    del num_clients  # The sensitivity depends on the schedule only.
     mechanism = self.load_or_build(config)
     k = config.max_participations  # None: as many as fit; sensitivity() caps k at ⌈n/b⌉.
     sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
@@ -190,13 +193,17 @@ class DpFedAvgEntry(MechanismEntry):
         config.noise_multiplier, config.clip_norm, config.delta,
         scope=privacy_lib.release_scope(config, sampled=True))
 
-  def calibrate(self, config, target_epsilon):
-    """The smallest z reaching `target_epsilon` for T = rounds (RDP accountant)."""
+  def calibrate(self, config, target_epsilon, num_clients=None):
+    """The smallest z reaching `target_epsilon` for T = rounds (RDP accountant), for the
+    population `num_clients` (q = m / N) or the one `--population_sampling_rate` implies."""
     from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
-    if config.population_sampling_rate is None:
-      raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q) so the "
-                       "population is known before the data are loaded.")
-    population = config.clients_per_round / config.population_sampling_rate
+    if config.population_sampling_rate is not None:
+      population = config.clients_per_round / config.population_sampling_rate
+    elif num_clients is not None:
+      population = num_clients
+    else:
+      raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q), or the "
+                       "task's population, to know the sampling rate.")
     return dpfedavg.noise_multiplier_for_epsilon(
         population, config.clients_per_round, config.rounds, target_epsilon, config.delta,
         method=dpfedavg.RDP)

@@ -18,7 +18,7 @@ _VOCAB, _EMBEDDING = 200, 8
 _TINY_FLAGS = [f"--vocab_size={_VOCAB}", f"--embedding_size={_EMBEDDING}", "--lstm_size=8",
                "--tokens_per_user=60", "--test_fraction=0.2", "--eval_users=5",
                "--clients_per_round=4", "--eval_every=3", "--noise_multiplier=1.0",
-               "--clip_norm=1.0", "--delta=1e-5"]
+               "--clip_norm=1.0", "--delta=1e-5", "--cooldown_rounds=0"]
 
 
 @pytest.fixture(name="corpus", scope="module")

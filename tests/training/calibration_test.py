@@ -56,6 +56,12 @@ def test_calibration_needs_a_private_mechanism_and_a_known_population(tmp_path):
   with pytest.raises(ValueError, match="--population_sampling_rate"):
     program.calibrate_noise_multiplier(
         _config(tmp_path, mechanism="dpfedavg", participation="poisson"), 1.0)
+  # The task's population gives the sampling rate q = m / N the run will use.
+  config = _config(tmp_path, mechanism="dpfedavg", participation="poisson",
+                   clients_per_round=100)
+  z = program.calibrate_noise_multiplier(config, 2.0, num_clients=10000)
+  assert z == program.calibrate_noise_multiplier(
+      config.replace(population_sampling_rate=0.01), 2.0)
   assert math.isfinite(program.calibrate_noise_multiplier(
       _config(tmp_path / "d", mechanism="dpsgd"), 1.0))
 
