@@ -201,7 +201,8 @@ def markdown(output: Mapping[str, Any]) -> str:
     lines.append(f"| {r['mechanism']} | {sigma} | {r['server_learning_rate']:.3g} | "
                  f"{r['metric_mean']:.4f} ± {r['metric_std']:.4f} | "
                  f"{r['accuracy_mean']:.4f} ± {r['accuracy_std']:.4f} | {eps} | {rounds} |")
-  lines += ["", "Unigram baseline (always the most frequent word): " + ", ".join(
+  lines += ["", "Unigram baselines (accuracies: always the most frequent word; loss: the "
+            "best context-free distribution): " + ", ".join(
       f"{k.removeprefix('unigram_')} {v:.4f}" for k, v in baseline.items())]
   if base is not None:
     above = [r["mechanism"] for r in output["rows"] if r["metric_mean"] > base]

@@ -74,7 +74,7 @@ def new_figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
 
 
 def loss_figure(train: Sequence[Mapping[str, float]], evaluation: Sequence[Mapping[str, float]],
-                title: str) -> Optional[Any]:
+                title: str, baseline: Optional[float] = None) -> Optional[Any]:
   figure, ax = new_figure()
   x, y = _series(train, "client_work/train/loss")
   ex, ey = _series(evaluation, "loss")
@@ -84,6 +84,9 @@ def loss_figure(train: Sequence[Mapping[str, float]], evaluation: Sequence[Mappi
     ax.plot(x, y, color="tab:blue", linewidth=1.2, label="training loss (clients, un-noised)")
   if ex:
     ax.plot(ex, ey, "o-", color="tab:orange", label="evaluation loss")
+  if baseline is not None and math.isfinite(baseline):
+    ax.axhline(baseline, color="tab:orange", linestyle="--", linewidth=1,
+               label=f"unigram baseline ({baseline:.2f}: best context-free loss)")
   finite = [v for v in y + ey if v > 0]
   if finite and max(finite) / min(finite) > 50:
     ax.set_yscale("log")  # A diverging run stays readable.
@@ -175,7 +178,8 @@ def write_run_report(root_dir: str) -> dict[str, str]:
   privacy = _read_rows(os.path.join(metrics_dir, "privacy.csv"))
   name = f"{summary.get('task', 'run')} — {config.get('mechanism', '?')}"
   figures = {
-      "loss": loss_figure(train, evaluation, f"{name}: loss vs rounds"),
+      "loss": loss_figure(train, evaluation, f"{name}: loss vs rounds",
+                          (summary.get("baseline") or {}).get("unigram_loss")),
       "evaluation": evaluation_figure(evaluation, summary.get("baseline") or {},
                                       f"{name}: held-out accuracy vs rounds"),
       "epsilon": epsilon_figure(privacy, summary.get("delta"),
@@ -212,7 +216,7 @@ def report_markdown(summary: Mapping[str, Any], config: Mapping[str, Any],
     lines.append(f"Privacy: ε = {epsilon:.4g} at δ = {summary.get('delta'):g} from the "
                  "participation realized (an upper bound); what it covers and assumes: "
                  "[privacy_report.md](privacy_report.md).")
-  captions = {"loss": "Loss vs rounds", "evaluation": "Held-out accuracy vs rounds (dashed: "
+  captions = {"loss": "Loss vs rounds (dashed: the best context-free loss)", "evaluation": "Held-out accuracy vs rounds (dashed: "
               "the unigram baseline)", "epsilon": "ε vs rounds",
               "participation": "Participation per client"}
   if figures:

@@ -33,6 +33,7 @@ from tasks import real_text
 from tasks.reddit import data
 from tasks.reddit import model
 from tasks.reddit import synthetic
+from tasks.stackoverflow import baselines
 
 TASK_NAME = "reddit"
 METRIC_NAME = "accuracy_top1"  # model.AccuracyTop1's name.
@@ -183,8 +184,10 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
           embedding_size=settings.embedding_size, lstm_size=settings.lstm_size),
       loss_fn=model.loss_fn,
       metrics_fn=functools.partial(model.metrics_fn, settings.vocab_size),
-      baseline_metrics={f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y,
-                                                                    settings.vocab_size)},
+      baseline_metrics={
+          f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y, settings.vocab_size),
+          "unigram_loss": baselines.best_constant_cross_entropy(
+              eval_y, data.token_ids(settings.vocab_size).pad)},
       project_weights=model.project_weights,
       data_quality=functools.partial(dict, prepared.data_quality),
       validation_dataset_fn=validation_fn,

@@ -54,6 +54,30 @@ def _most_frequent_word(targets: np.ndarray, ids: vocab_lib.TokenIds) -> int:
   return 1 + int(np.argmax(counts[1:ids.vocab_size + 1]))
 
 
+def best_constant_cross_entropy(targets: np.ndarray, pad: int = 0) -> float:
+  """The loss of the best context-free prediction: the entropy (nats) of the empirical
+  distribution of the non-pad `targets` — what the task's pad-masked cross-entropy of a model
+  that ignores the context is at best (fit on these very targets). A model below it uses
+  the context."""
+  targets = np.asarray(targets).reshape(-1)
+  counts = np.bincount(targets[targets != pad])
+  counts = counts[counts > 0]
+  if not counts.size:
+    raise ValueError("`targets` has no non-pad token.")
+  p = counts / counts.sum()
+  return float(-(p * np.log(p)).sum())
+
+
+def unigram_baseline_loss(eval_dataset: tf.data.Dataset, vocab_size: int,
+                          num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS) -> float:
+  """`best_constant_cross_entropy` of the targets of `eval_dataset` (the figures' loss
+  baseline)."""
+  ids = vocab_lib.token_ids(vocab_size, num_oov_buckets)
+  _, targets = _pairs(eval_dataset, "eval_dataset")
+  _check_ids("eval_dataset", ids, targets)
+  return best_constant_cross_entropy(targets, ids.pad)
+
+
 def unigram_baseline_accuracy(
     eval_dataset: tf.data.Dataset, vocab_size: int,
     num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS, token_id: Optional[int] = None,

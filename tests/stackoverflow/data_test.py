@@ -207,6 +207,18 @@ def test_unigram_baseline_exact(client_data, vocab):
     data.unigram_baseline_accuracy(evaluation, len(vocab), token_id=7)
 
 
+def test_unigram_baseline_loss_is_the_entropy_of_the_targets(client_data, vocab):
+  from tasks.stackoverflow import baselines  # pylint: disable=g-import-not-at-top
+  _, heldout, _ = client_data
+  evaluation = data.make_eval_dataset(heldout, vocab)
+  # Four distinct targets (a, bug, ., EOS), each once: log 4 nats.
+  assert baselines.unigram_baseline_loss(evaluation, len(vocab)) == pytest.approx(np.log(4))
+  assert baselines.best_constant_cross_entropy(np.array([3, 3, 0, 5, 0])) == pytest.approx(
+      -(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)))
+  with pytest.raises(ValueError, match="no non-pad"):
+    baselines.best_constant_cross_entropy(np.zeros(4, np.int64))
+
+
 def test_bigram_baseline_exact(client_data, vocab):
   train, heldout, _ = client_data
   # Train: BOS->the, a->bug, bug->. always; "." is followed by "the" 3 times (bob), EOS

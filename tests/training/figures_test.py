@@ -110,6 +110,16 @@ def test_a_non_private_run_has_no_epsilon_figure(tmp_path):
   assert "Privacy: none" in open(os.path.join(root, figures.REPORT_FILE)).read()
 
 
+def test_loss_figure_draws_the_context_free_baseline():
+  train = [{"round": 1.0, "client_work/train/loss": 7.0}, {"round": 2.0,
+                                                           "client_work/train/loss": 6.0}]
+  ax = figures.loss_figure(train, [], "t", baseline=5.5).axes[0]
+  lines = {line.get_label(): line for line in ax.get_lines()}
+  baseline = [line for label, line in lines.items() if label.startswith("unigram baseline")]
+  assert len(baseline) == 1
+  np.testing.assert_allclose(baseline[0].get_ydata(), [5.5, 5.5])
+
+
 def test_a_diverging_loss_is_drawn_on_a_log_scale():
   train = [{"round": float(r), "client_work/train/loss": 7.0 * 3 ** r} for r in range(8)]
   ax = figures.loss_figure(train, [], "diverging").axes[0]
