@@ -43,6 +43,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 import sysconfig
 import time
 import tokenize
@@ -346,9 +347,13 @@ def _ensure(cache_dir: Optional[str], roots: Optional[Sequence[str]],
   """The corpus directory of this environment, both formats built (from one harvest) on
   first use, under a lock."""
   directory = corpus_directory(cache_dir, roots, packages)
-  files.build_once(os.path.join(directory, REDDIT_FILENAME),
-                   lambda _: write_corpora(harvest(roots, packages), directory,
-                                           {"packages": packages}))
+
+  def build(_):
+    print(f"real-text corpus: building {directory} from the installed packages' docstrings "
+          "and comments (once; 1-2 minutes on 2 cores)", file=sys.stderr, flush=True)
+    write_corpora(harvest(roots, packages), directory, {"packages": packages})
+
+  files.build_once(os.path.join(directory, REDDIT_FILENAME), build)
   return directory
 
 

@@ -140,8 +140,9 @@ def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, p
                 else base.reproducible_noise_seed + seed)
   config = base.replace(root_dir=root_dir, server_learning_rate=rate, seed=seed,
                         reproducible_noise_seed=noise_seed)
-  progress(f"== {mechanism} ({phase}): server lr {rate:.4g}, seed {seed}, σ "
-           f"{config.noise_multiplier:.4g} -> {root_dir}")
+  noise = f"σ {config.noise_multiplier:.4g}" if config.is_private else "no noise"
+  progress(f"== {mechanism} ({phase}): server lr {rate:.4g}, seed {seed}, {noise} -> "
+           f"{root_dir}")
   result = program.run(task, config)
   return RunRecord(
       mechanism=mechanism, phase=phase, server_learning_rate=rate, seed=seed,
