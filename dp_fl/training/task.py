@@ -39,6 +39,8 @@ class Task:
     validation_dataset_fn: optional; held-out data disjoint from `eval_dataset_fn`'s, on
       which comparisons choose hyperparameters (`dp_fl.training.compare`), so the figures
       they report on the evaluation data are not selected on it.
+    validation_baseline_metrics: `baseline_metrics` computed on the validation data (None:
+      the evaluation data's are shown for validation runs too).
     headline_metric: the evaluation metric that says whether the model learned the
       language beyond its most frequent tokens (StackOverflow: accuracy without OOV/EOS;
       Reddit: AccuracyTop1); comparisons rank by it, against `unigram_<headline_metric>`
@@ -55,6 +57,7 @@ class Task:
   description: str = ""
   data_quality: Optional[Callable[[], Mapping[str, Any]]] = None
   validation_dataset_fn: Optional[Callable[[], Any]] = None
+  validation_baseline_metrics: Optional[Mapping[str, float]] = None
   headline_metric: str = "accuracy"
 
   def __post_init__(self):
@@ -83,5 +86,8 @@ class Task:
     if self.validation_dataset_fn is None:
       raise ValueError(f"Task {self.name!r} has no validation data to choose "
                        "hyperparameters on.")
+    baselines = (self.baseline_metrics if self.validation_baseline_metrics is None
+                 else self.validation_baseline_metrics)
     return dataclasses.replace(self, eval_dataset_fn=self.validation_dataset_fn,
+                               baseline_metrics=dict(baselines),
                                description=self.description + " — validation data")

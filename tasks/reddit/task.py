@@ -141,6 +141,13 @@ def unigram_accuracy(targets: np.ndarray, vocab_size: int) -> float:
   return float(np.bincount(in_vocab).max() / len(counted))
 
 
+def _baselines(targets: np.ndarray, vocab_size: int) -> dict[str, float]:
+  """The unigram baselines of a set of targets: AccuracyTop1 and the context-free loss."""
+  return {f"unigram_{METRIC_NAME}": unigram_accuracy(targets, vocab_size),
+          "unigram_loss": baselines.best_constant_cross_entropy(
+              targets, data.token_ids(vocab_size).pad)}
+
+
 def make_task(settings: RedditSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   paths = data_files(settings)
@@ -165,7 +172,7 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
   # Validation data (comparisons choose learning rates on it): the held-out posts of as
   # many other users, disjoint from the evaluation users.
   validation_users = sorted(test)[settings.eval_users:2 * settings.eval_users]
-  validation_fn = None
+  validation_fn, validation_baseline = None, None
   if validation_users:
     validation_x = np.concatenate([test[a][0] for a in validation_users])
     validation_y = np.concatenate([test[a][1] for a in validation_users])
@@ -173,6 +180,8 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
     def validation_fn() -> tf.data.Dataset:
       return tf.data.Dataset.from_tensor_slices((validation_x, validation_y)).batch(
           settings.eval_batch_size)
+
+    validation_baseline = _baselines(validation_y, settings.vocab_size)
 
   source = f"{settings.corpus} corpus" if settings.data_files is None else ", ".join(paths)
   return task_lib.Task(
@@ -184,10 +193,8 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
           embedding_size=settings.embedding_size, lstm_size=settings.lstm_size),
       loss_fn=model.loss_fn,
       metrics_fn=functools.partial(model.metrics_fn, settings.vocab_size),
-      baseline_metrics={
-          f"unigram_{METRIC_NAME}": unigram_accuracy(eval_y, settings.vocab_size),
-          "unigram_loss": baselines.best_constant_cross_entropy(
-              eval_y, data.token_ids(settings.vocab_size).pad)},
+      baseline_metrics=_baselines(eval_y, settings.vocab_size),
+      validation_baseline_metrics=validation_baseline,
       project_weights=model.project_weights,
       data_quality=functools.partial(dict, prepared.data_quality),
       validation_dataset_fn=validation_fn,

@@ -126,6 +126,12 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   baseline = baselines.unigram_baseline_accuracy(eval_fn(), vocab_size, settings.num_oov_buckets)
   baseline["loss"] = baselines.unigram_baseline_loss(eval_fn(), vocab_size,
                                                      settings.num_oov_buckets)
+  validation_baseline = None
+  if validation_fn is not None:
+    validation_baseline = baselines.unigram_baseline_accuracy(
+        validation_fn(), vocab_size, settings.num_oov_buckets)
+    validation_baseline["loss"] = baselines.unigram_baseline_loss(
+        validation_fn(), vocab_size, settings.num_oov_buckets)
   source = f"{settings.corpus} corpus" if settings.data_dir is None else directory
   return task_lib.Task(
       name=TASK_NAME,
@@ -139,6 +145,8 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       baseline_metrics={f"unigram_{k}": v for k, v in baseline.items()},
       data_quality=train.quarantine.summary,
       validation_dataset_fn=validation_fn,
+      validation_baseline_metrics=None if validation_baseline is None else {
+          f"unigram_{k}": v for k, v in validation_baseline.items()},
       headline_metric="accuracy_without_out_of_vocab_or_end_of_sentence",
       description=(f"StackOverflow next-word prediction ({source}; vocabulary {vocab_size} + "
                    f"{settings.num_oov_buckets} OOV, LSTM {settings.lstm_size}, "

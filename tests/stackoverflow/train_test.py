@@ -28,6 +28,22 @@ def _corpus_dir(tmp_path_factory):
   return directory
 
 
+def test_validation_data_is_disjoint_from_the_evaluation_sample(corpus_dir):
+  from tasks.stackoverflow import database  # pylint: disable=g-import-not-at-top
+  from tasks.stackoverflow import preprocessing  # pylint: disable=g-import-not-at-top
+  from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
+  task = so_task.make_task(so_task.StackOverflowSettings(
+      data_dir=corpus_dir, vocab_size=300, embedding_size=8, lstm_size=8, eval_clients=5))
+  _, heldout, _ = database.load_client_data(corpus_dir)
+  evaluation = preprocessing.eval_client_ids(heldout.client_ids, 5, 0)
+  validation = preprocessing.eval_client_ids(heldout.client_ids, 5, 1, exclude=evaluation)
+  assert len(validation) == 5 and not set(validation) & set(evaluation)
+  tokens = lambda ds: sum(int((y != 0).sum()) for _, y in ds.as_numpy_iterator())
+  assert tokens(task.validation_dataset_fn()) != tokens(task.eval_dataset_fn())
+  assert set(task.validation_baseline_metrics) == set(task.baseline_metrics)
+  assert task.headline_metric == "accuracy_without_out_of_vocab_or_end_of_sentence"
+
+
 def test_train_writes_the_run_directory_and_reports_privacy(corpus_dir, tmp_path, capsys):
   root = tmp_path / "run"
   code = train.main([f"--data_dir={corpus_dir}", f"--root_dir={root}", "--rounds=4",

@@ -52,6 +52,15 @@ def test_grid_runs_score_on_validation_data_and_seed_runs_on_evaluation_data(com
   assert evaluation.calls == 4
 
 
+def test_validation_runs_show_the_validation_baselines(tmp_path):
+  task = dataclasses.replace(toy_task.make_task(),
+                             validation_baseline_metrics={"unigram_accuracy": 0.25})
+  assert task.for_validation().baseline_metrics == {"unigram_accuracy": 0.25}
+  assert task.baseline_metrics["unigram_accuracy"] == pytest.approx(1 / 3)
+  plain = toy_task.make_task()  # None: the evaluation data's baselines
+  assert plain.for_validation().baseline_metrics == dict(plain.baseline_metrics)
+
+
 def test_the_chosen_rate_is_the_best_on_validation(comparison):
   output, _, _, _ = comparison
   for row in output["rows"]:
