@@ -40,7 +40,9 @@ def build(out_dir: Optional[str], packages: Optional[Sequence[str]],
   harvest_seconds = time.monotonic() - start
   database_path, reddit_path = real_text.write_corpora(authors, directory,
                                                       {"packages": packages})
-  splits = real_text.stackoverflow_splits(authors)
+  # The counts the database writer recorded beside the database.
+  with open(os.path.join(directory, real_text.SUMMARY_FILENAME), encoding="utf-8") as f:
+    written = json.load(f)
   return {
       "directory": directory,
       "authors": len(authors),
@@ -48,8 +50,8 @@ def build(out_dir: Optional[str], packages: Optional[Sequence[str]],
       "harvest_seconds": round(harvest_seconds, 1),
       "stackoverflow": {
           "path": database_path,
-          "clients": {k: len(v) for k, v in splits.items()},
-          "sentences": {k: sum(map(len, v.values())) for k, v in splits.items()},
+          "clients": written["num_clients"],
+          "sentences": written["num_examples"],
           "bytes": os.path.getsize(database_path)},
       "reddit": {
           "path": reddit_path,

@@ -80,22 +80,25 @@ _TOKEN = re.compile(r"[a-z0-9_]+(?:'[a-z]+)?|[^\sa-z0-9_]")
 _WORD = re.compile(r"^[a-z]+(?:'[a-z]+)?$")
 
 
+def sentences_of(paragraphs: Iterable[str]) -> tuple[str, ...]:
+  """The StackOverflow sentences of paragraphs: tokenized, lower-cased, space-separated."""
+  out = []
+  for paragraph in paragraphs:
+    for sentence in _SENTENCE_END.split(paragraph):
+      tokens = _TOKEN.findall(sentence.lower())
+      if len(tokens) >= MIN_SENTENCE_TOKENS:
+        out.append(" ".join(tokens[:MAX_SENTENCE_TOKENS]))
+  return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class Author:
-  """One module's prose: its paragraphs in source order."""
+  """One module's prose: its paragraphs in source order, and their sentences (tokenized
+  once, by `harvest`, with `sentences_of`)."""
   name: str  # The dotted module path: the author's id.
   group: str  # The top-level package: the subreddit / tag.
   paragraphs: tuple[str, ...]
-
-  def sentences(self) -> list[str]:
-    """The StackOverflow sentences: tokenized, lower-cased, space-separated."""
-    out = []
-    for paragraph in self.paragraphs:
-      for sentence in _SENTENCE_END.split(paragraph):
-        tokens = _TOKEN.findall(sentence.lower())
-        if len(tokens) >= MIN_SENTENCE_TOKENS:
-          out.append(" ".join(tokens[:MAX_SENTENCE_TOKENS]))
-    return out
+  sentences: tuple[str, ...]
 
 
 def default_roots() -> tuple[str, ...]:
@@ -239,9 +242,9 @@ def harvest(roots: Optional[Sequence[str]] = None,
   authors = []
   for module, group, paragraphs in per_module:
     own = tuple(p for p in paragraphs if copies[p] < MAX_COPIES)
-    author = Author(module, group, own)
-    if own and len(author.sentences()) >= MIN_SENTENCES:
-      authors.append(author)
+    sentences = sentences_of(own)
+    if len(sentences) >= MIN_SENTENCES:
+      authors.append(Author(module, group, own, sentences))
   return sorted(authors, key=lambda a: a.name)
 
 
@@ -254,7 +257,7 @@ def stackoverflow_splits(authors: Iterable[Author]
   """{split: {client id: sentences}} for train, heldout and test (see the module doc)."""
   splits = {"train": {}, "heldout": {}, "test": {}}
   for author in authors:
-    sentences = author.sentences()
+    sentences = list(author.sentences)
     if _bucket(author.name, HELDOUT_MODULUS) == 0:
       splits["heldout"][author.name] = sentences
       continue

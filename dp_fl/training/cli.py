@@ -223,6 +223,12 @@ def epsilon_to_calibrate(args: argparse.Namespace,
   return presets[args.preset].calibrate_epsilon
 
 
+def _check_calibrate_epsilon(value: float) -> None:
+  if not (value > 0 and value < float("inf")):
+    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got {value!r}. Pass the ε "
+                     "to calibrate σ for, e.g. 8.")
+
+
 def run_task_binary(args: argparse.Namespace,
                     settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
                     make_task: Callable[[Any], Any],
@@ -245,10 +251,8 @@ def _train(args: argparse.Namespace,
   from dp_fl import runtime  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
-  if args.calibrate_epsilon is not None and not (
-      args.calibrate_epsilon > 0 and args.calibrate_epsilon < float("inf")):
-    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
-                     f"{args.calibrate_epsilon!r}. Pass the ε to calibrate σ for, e.g. 8.")
+  if args.calibrate_epsilon is not None:
+    _check_calibrate_epsilon(args.calibrate_epsilon)
   settings, config = settings_and_config(args)
   target_epsilon = epsilon_to_calibrate(args, presets)
   print(f"run directory: {config.root_dir}", flush=True)
@@ -343,9 +347,7 @@ def _compare(args: argparse.Namespace,
   if args.mechanism is not None:
     raise ValueError(f"--mechanism={args.mechanism!r} is not used by compare; pass "
                      "--mechanisms (comma-separated).")
-  if not (args.calibrate_epsilon > 0 and args.calibrate_epsilon < float("inf")):
-    raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got "
-                     f"{args.calibrate_epsilon!r}.")
+  _check_calibrate_epsilon(args.calibrate_epsilon)
 
   def config_for(mechanism: str):
     return settings_and_config(argparse.Namespace(**{**vars(args), "mechanism": mechanism}))[1]

@@ -55,13 +55,6 @@ class RunRecord:
   root_dir: str
 
 
-def _metric(result: program.RunResult, name: str) -> float:
-  value = result.eval_metrics.get(name, float("nan"))
-  # A run that stopped early (diverged) is scored as what it reached; a NaN scores -inf
-  # in the grid so it is never chosen.
-  return float(value)
-
-
 def _grid_key(rate: float) -> str:
   return f"{rate:.6g}"
 
@@ -146,7 +139,8 @@ def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, p
   result = program.run(task, config)
   return RunRecord(
       mechanism=mechanism, phase=phase, server_learning_rate=rate, seed=seed,
-      metric=_metric(result, metric),
+      # A run that stopped early is scored as what it reached; the grid never picks a NaN.
+      metric=float(result.eval_metrics.get(metric, float("nan"))),
       accuracy=float(result.eval_metrics.get("accuracy",
                                              result.eval_metrics.get(metric, float("nan")))),
       epsilon=result.epsilon, rounds=result.rounds_completed, stopped=result.stopped,

@@ -76,11 +76,6 @@ class Task:
       raise ValueError("`validation_dataset_fn` must be callable or None; got "
                        f"{self.validation_dataset_fn!r}.")
 
-  @property
-  def headline_baseline(self) -> Optional[float]:
-    """The unigram baseline of `headline_metric` (None if the task has none)."""
-    return self.baseline_metrics.get(f"unigram_{self.headline_metric}")
-
   def for_validation(self) -> "Task":
     """This task evaluating on its validation data (ValueError if it has none)."""
     if self.validation_dataset_fn is None:

@@ -68,14 +68,16 @@ def best_constant_cross_entropy(targets: np.ndarray, pad: int = 0) -> float:
   return float(-(p * np.log(p)).sum())
 
 
-def unigram_baseline_loss(eval_dataset: tf.data.Dataset, vocab_size: int,
-                          num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS) -> float:
-  """`best_constant_cross_entropy` of the targets of `eval_dataset` (the figures' loss
-  baseline)."""
+def unigram_baselines(eval_dataset: tf.data.Dataset, vocab_size: int,
+                      num_oov_buckets: int = vocab_lib.DEFAULT_NUM_OOV_BUCKETS
+                      ) -> dict[str, float]:
+  """The task's baselines from one pass over `eval_dataset`: the accuracies of
+  `unigram_baseline_accuracy` and "loss", the `best_constant_cross_entropy` of its targets."""
   ids = vocab_lib.token_ids(vocab_size, num_oov_buckets)
   _, targets = _pairs(eval_dataset, "eval_dataset")
-  _check_ids("eval_dataset", ids, targets)
-  return best_constant_cross_entropy(targets, ids.pad)
+  out = _unigram_accuracies(targets, ids, None)
+  out["loss"] = best_constant_cross_entropy(targets, ids.pad)
+  return out
 
 
 def unigram_baseline_accuracy(
@@ -99,6 +101,11 @@ def unigram_baseline_accuracy(
   """
   ids = vocab_lib.token_ids(vocab_size, num_oov_buckets)
   _, targets = _pairs(eval_dataset, "eval_dataset")
+  return _unigram_accuracies(targets, ids, token_id)
+
+
+def _unigram_accuracies(targets: np.ndarray, ids: vocab_lib.TokenIds,
+                        token_id: Optional[int]) -> dict[str, float]:
   _check_ids("eval_dataset", ids, targets)
   if targets.max() == ids.pad:
     raise ValueError("`eval_dataset` has no target tokens (all padding).")

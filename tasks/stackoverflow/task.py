@@ -123,15 +123,11 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
         max_elements_per_client=settings.eval_max_elements_per_client,
         sequence_length=settings.sequence_length, num_oov_buckets=settings.num_oov_buckets,
         seed=1, exclude=eval_ids)
-  baseline = baselines.unigram_baseline_accuracy(eval_fn(), vocab_size, settings.num_oov_buckets)
-  baseline["loss"] = baselines.unigram_baseline_loss(eval_fn(), vocab_size,
-                                                     settings.num_oov_buckets)
+  baseline = baselines.unigram_baselines(eval_fn(), vocab_size, settings.num_oov_buckets)
   validation_baseline = None
   if validation_fn is not None:
-    validation_baseline = baselines.unigram_baseline_accuracy(
-        validation_fn(), vocab_size, settings.num_oov_buckets)
-    validation_baseline["loss"] = baselines.unigram_baseline_loss(
-        validation_fn(), vocab_size, settings.num_oov_buckets)
+    validation_baseline = baselines.unigram_baselines(validation_fn(), vocab_size,
+                                                      settings.num_oov_buckets)
   source = f"{settings.corpus} corpus" if settings.data_dir is None else directory
   return task_lib.Task(
       name=TASK_NAME,

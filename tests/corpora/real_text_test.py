@@ -78,7 +78,7 @@ def test_harvest_reads_docstrings_and_comments_of_each_module(source_root):
 
 
 def test_sentences_are_tokenized_like_stackoverflow(source_root):
-  sentences = real_text.harvest([source_root])[0].sentences()
+  sentences = real_text.harvest([source_root])[0].sentences
   assert "tools for alpha core that every user of the alpha core package needs ." in sentences
   assert all(s == s.lower() and "  " not in s for s in sentences)
   assert all(len(s.split()) >= real_text.MIN_SENTENCE_TOKENS for s in sentences)
@@ -153,7 +153,7 @@ def test_harvest_of_an_installed_package_finds_real_prose():
   # The environment's own files: what --corpus=real_text reads on every machine.
   authors = real_text.harvest(packages=["absl"])
   assert len(authors) >= 5
-  sentences = [s for a in authors for s in a.sentences()]
+  sentences = [s for a in authors for s in a.sentences]
   assert len(sentences) >= 200
   words = {w for s in sentences for w in s.split()}
   assert {"the", "flag", "flags", "value"} <= words

@@ -212,7 +212,7 @@ def test_unigram_baseline_loss_is_the_entropy_of_the_targets(client_data, vocab)
   _, heldout, _ = client_data
   evaluation = data.make_eval_dataset(heldout, vocab)
   # Four distinct targets (a, bug, ., EOS), each once: log 4 nats.
-  assert baselines.unigram_baseline_loss(evaluation, len(vocab)) == pytest.approx(np.log(4))
+  assert baselines.unigram_baselines(evaluation, len(vocab))["loss"] == pytest.approx(np.log(4))
   assert baselines.best_constant_cross_entropy(np.array([3, 3, 0, 5, 0])) == pytest.approx(
       -(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)))
   with pytest.raises(ValueError, match="no non-pad"):
