@@ -1,4 +1,4 @@
-"""Privacy accounting from the command line: matrix mechanisms, DP-FedAvg, balls-in-bins.
+"""Privacy accounting from the command line: matrix mechanisms, DP-FedAvg, amplification.
 
 Matrix mechanisms (DP-FTRL) under min-separation participation (paper 004):
   ./bazelw run //scripts:privacy -- --mechanism=blt --params_in=blt.json --rounds=2000 \
@@ -18,6 +18,12 @@ Balls-in-bins batching, σ released by Estimate-Verify-Release (paper 003, Alg. 
   otherwise the script exits with status 1 and says what to change. Seeds come from OS
   entropy unless --seed is given (reproducible research runs); both are printed.
 
+Cyclic Poisson sampling of a banded C (BandMF, DP-SGD): --min_sep groups, each round
+Poisson-samples its group (Choquette-Choo et al. 2023):
+  .venv/bin/python -m scripts.privacy --sampling=cyclic_poisson --mechanism=bandmf \
+      --rounds=2052 --min_sep=16 --population=342000 --clients_per_round=1000 \
+      --target_epsilon=8 --delta=1e-5
+
 Prints a table by default, JSON with --format=json; --report_out=FILE.md also writes the
 App. C privacy report (matrix mechanisms).
 """
@@ -25,18 +31,16 @@ App. C privacy report (matrix mechanisms).
 from __future__ import annotations
 
 import argparse
-import decimal
 import json
 import math
 import sys
-import warnings
 from typing import Any, Optional, Sequence
 
-import numpy as np
 
 from dp_fl import _checks
 from dp_fl import exits
 from dp_fl import resources
+from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import zcdp
@@ -49,40 +53,9 @@ class VerificationFailedError(Exception):
   """Estimate-Verify-Release (paper 003, Alg. 1) returned ⊥: no σ may be released."""
 
 
-# Calibration targets δ_cal = δ_verify / (1 + margin), so that the fresh verification
-# estimate (Monte Carlo error of a few % at the Thm 2.1 sample size) stays below δ_verify.
-DEFAULT_CALIBRATION_MARGIN = 0.2
-# Significant digits of a released σ (rounded UP, then verified as printed).
-_SIGMA_DIGITS = 6
-
-
-def _round_up(x: float, digits: int = _SIGMA_DIGITS) -> float:
-  """Smallest float printed with `digits` significant digits that is >= x."""
-  q = decimal.Decimal(repr(x))
-  exponent = q.adjusted() - digits + 1
-  up = q.quantize(decimal.Decimal(1).scaleb(exponent), rounding=decimal.ROUND_CEILING)
-  out = float(up)
-  return out if out >= x else math.nextafter(out, math.inf)
-
-
-def accounting_seeds(seed: Optional[int]) -> tuple[int, int]:
-  """(calibration seed, verification seed) for balls-in-bins Monte Carlo accounting.
-
-  Without `seed` both are fresh, independent draws from OS entropy (128 bits each). With
-  `seed` (reproducible research runs) the calibration seed is `seed` and the verification
-  seed is derived from it through an independent SeedSequence child. They always differ.
-  """
-  if seed is None:
-    cal = int(np.random.SeedSequence().entropy)
-    ver = int(np.random.SeedSequence().entropy)
-    while ver == cal:  # Probability 2^-128; kept so the invariant is explicit.
-      ver = int(np.random.SeedSequence().entropy)
-    return cal, ver
-  words = np.random.SeedSequence(seed, spawn_key=(1,)).generate_state(4, np.uint32)
-  ver = int.from_bytes(words.astype("<u4").tobytes(), "little")
-  if ver == seed:
-    raise AssertionError("unreachable: derived verification seed equals --seed")
-  return seed, ver
+DEFAULT_CALIBRATION_MARGIN = amplification.DEFAULT_CALIBRATION_MARGIN
+_round_up = amplification.round_up  # Released σ: rounded UP to 6 digits, verified as printed.
+accounting_seeds = amplification.accounting_seeds
 
 
 # Valid ranges of the numeric flags: outside them a value underflows, overflows or makes the
@@ -195,7 +168,7 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
                "(Bun-Steinke ρ + 2√(ρ log 1/δ)).")
   if target_epsilon is not None:
     out["target_epsilon"] = target_epsilon
-    notes.append(f"σ rounded up to {_SIGMA_DIGITS} significant digits; ρ and ε are for the "
+    notes.append("σ rounded up to 6 significant digits; ρ and ε are for the "
                  "σ printed.")
   out["notes"] = notes
   return out
@@ -216,6 +189,57 @@ def poisson(population, clients_per_round, rounds, noise_multiplier, delta) -> d
       "pld_value_discretization_interval": rep.pld_value_discretization_interval,
       "notes": list(rep.notes),
   }
+
+
+def cyclic_poisson(name, params_in, rounds, groups, population, clients_per_round, buffers,
+                   noise_multiplier, target_epsilon, delta, seed) -> dict[str, Any]:
+  """ε (or σ for a target ε) of a banded C under cyclic Poisson sampling: G = --min_sep groups,
+  rate q = C̃·G/K within the round's group (Choquette-Choo et al. 2023; jax_privacy's
+  `amplified_bandmf_event`), next to the unamplified ε of the same schedule (min-sep G,
+  k = ⌈n/G⌉: every turn taken)."""
+  from dp_fl.training import amplified  # pylint: disable=g-import-not-at-top
+  _require("cyclic_poisson", mechanism=name, rounds=rounds, min_sep=groups,
+           population=population, clients_per_round=clients_per_round, delta=delta)
+  if (noise_multiplier is None) == (target_epsilon is None):
+    raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  q = clients_per_round * groups / population
+  if q > 1.0:
+    raise ValueError(
+        f"--clients_per_round={clients_per_round:g} × --min_sep={groups} / --population="
+        f"{population} = {q:.4g} > 1: a group of K/G users cannot give C̃ expected clients. "
+        "Lower --clients_per_round or --min_sep, or raise --population.")
+  mechanism = _mechanism(name, params_in, rounds, groups, None, buffers,
+                         0 if seed is None else seed)
+  bands = amplified.CyclicPoisson.bands(mechanism)
+  if bands > groups:
+    raise ValueError(f"--mechanism={name} has {bands} bands > --min_sep={groups} groups; the "
+                     "cyclic Poisson analysis needs bands <= groups.")
+  column_norm = mechanism.sensitivity(rounds, rounds, 1).guaranteed
+  args = dict(column_norm=column_norm, sampling_probability=q, num_groups=groups,
+              rounds=rounds, delta=delta)
+  if noise_multiplier is None:
+    noise_multiplier = amplification.cyclic_poisson_noise_multiplier(
+        target_epsilon, accountant="pld", **args)
+  g = amplification.cyclic_poisson_epsilon(noise_multiplier, **args)
+  k = -(-rounds // groups)
+  unamplified = zcdp.matrix_mechanism_guarantee(
+      mechanism.sensitivity(rounds, groups, k).guaranteed, noise_multiplier, delta)
+  out = {
+      "mechanism": name, "bands": bands, "groups": groups, "rounds": rounds,
+      "population": population, "clients_per_round": clients_per_round,
+      "sampling_probability": q, "compositions": g.compositions,
+      "column_norm": column_norm, "noise_multiplier": noise_multiplier, "delta": delta,
+      "epsilon": g.epsilon, "epsilon_rdp": g.epsilon_rdp,
+      "epsilon_without_amplification": unamplified.epsilon,
+      "notes": [f"ε = {g.compositions} compositions of the Poisson-subsampled Gaussian with "
+                f"noise multiplier σ/{column_norm:.4g}; PLD (grid "
+                f"{g.pld_value_discretization_interval:g}) and RDP, the smaller reported.",
+                "Holds only if each user's group is drawn at random once and every round "
+                "samples its group with probability q, secretly."],
+  }
+  if target_epsilon is not None:
+    out["target_epsilon"] = target_epsilon
+  return out
 
 
 def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, target_epsilon,
@@ -259,9 +283,6 @@ def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, t
         f"Estimate-Verify-Release needs at --delta={delta:g} with δ_verify={delta_verify:g} "
         f"(paper 003, Thm 2.1); omit --mc_samples (default: that minimum) or pass "
         f"--mc_samples>={required}.")
-  delta_cal = delta_verify / (1.0 + calibration_margin)
-  cal_seed, ver_seed = accounting_seeds(seed)
-
   rounds = epochs * batches_per_epoch
   monte_carlo_flags = {"batches_per_epoch": batches_per_epoch, "epochs": epochs,
                        "mc_samples": mc_samples}
@@ -276,34 +297,39 @@ def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, t
     resources.require(monte_carlo(True), monte_carlo_flags)
   pair = balls_in_bins.dominating_pair(num_bins=batches_per_epoch, num_epochs=epochs,
                                        **c_input)
-  with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always", balls_in_bins.InsufficientSamplesWarning)
-    cal = balls_in_bins.calibrate_noise_multiplier(
-        pair, epsilon=target_epsilon, delta=delta_cal, num_samples=mc_samples, seed=cal_seed)
-  sigma = _round_up(cal.noise_multiplier)
-  ver = balls_in_bins.estimate_verify_release(
-      pair, noise_multiplier=sigma, epsilon=target_epsilon, delta=delta,
-      delta_verify=delta_verify, num_samples=mc_samples, seed=ver_seed)
-  if not ver.verified:
+  release = amplification.release_noise_multiplier(
+      pair, epsilon=target_epsilon, delta=delta, delta_verify=delta_verify,
+      calibration_margin=calibration_margin, num_samples=mc_samples, seed=seed)
+  if not release.verified:
     # Relative Monte Carlo error of (verification - calibration) estimates, for advice.
-    rel_se = math.hypot(cal.delta_standard_error / cal.delta_hat if cal.delta_hat > 0 else 0.0,
-                        ver.standard_error / ver.delta_hat if ver.delta_hat > 0 else 0.0)
+    rel_se = math.hypot(
+        release.calibration_delta_standard_error / release.calibration_delta_hat
+        if release.calibration_delta_hat > 0 else 0.0,
+        release.verification_delta_standard_error / release.verification_delta_hat
+        if release.verification_delta_hat > 0 else 0.0)
     margin = max(2.0 * calibration_margin, math.expm1(4.0 * rel_se), 0.1)
     raise VerificationFailedError(
         f"verification failed, no σ released (paper 003, Alg. 1 returned ⊥): on the fresh "
-        f"verification sample (seed {ver_seed}, {mc_samples} samples) δ̂ = "
-        f"{ver.delta_hat:.4g} ± {ver.standard_error:.2g} exceeds δ_verify = "
+        f"verification sample (seed {release.verification_seed}, {mc_samples} samples) δ̂ = "
+        f"{release.verification_delta_hat:.4g} ± "
+        f"{release.verification_delta_standard_error:.2g} exceeds δ_verify = "
         f"{delta_verify:.4g} at ε = {target_epsilon:g}. The calibration target δ_cal = "
-        f"{delta_cal:.4g} (--calibration_margin={calibration_margin:g}) left too little room "
-        f"for Monte Carlo error (relative SE ≈ {rel_se:.2g}). Re-run with a larger margin, "
-        f"e.g. --calibration_margin={math.ceil(margin * 100) / 100:g}, and/or more samples, "
-        f"e.g. --mc_samples={4 * mc_samples}. Do not just retry with new seeds until it "
-        f"passes: every verification attempt may wrongly pass with probability up to "
-        f"{ver.failure_probability:.2g}, and these add up over attempts.")
-  notes = [str(w.message) for w in caught]
-  # Deterministic baseline (fixed bins, exact Gaussian at the released δ): no Monte Carlo.
-  unamplified = balls_in_bins.unamplified_noise_multiplier(pair, epsilon=target_epsilon,
-                                                           delta=delta)
+        f"{delta_verify / (1 + calibration_margin):.4g} (--calibration_margin="
+        f"{calibration_margin:g}) left too little room for Monte Carlo error (relative SE ≈ "
+        f"{rel_se:.2g}). Re-run with a larger margin, e.g. --calibration_margin="
+        f"{math.ceil(margin * 100) / 100:g}, and/or more samples, e.g. --mc_samples="
+        f"{4 * mc_samples}. Do not just retry with new seeds until it passes: every "
+        f"verification attempt may wrongly pass with probability up to "
+        f"{release.failure_probability:.2g}, and these add up over attempts.")
+  sigma = release.noise_multiplier
+  unamplified = release.noise_multiplier_without_amplification
+  notes = []
+  if release.calibration_delta_hat > 0 and (
+      release.calibration_delta_standard_error / release.calibration_delta_hat
+      > balls_in_bins.MAX_RELATIVE_STANDARD_ERROR):
+    notes.append(f"The calibration estimate δ̂ has a relative standard error of "
+                 f"{release.calibration_delta_standard_error / release.calibration_delta_hat:.2g}"
+                 "; the verification (not the calibration) is what the guarantee rests on.")
   if sigma >= unamplified:
     notes.append(
         f"Amplification does not help here: the unamplified σ = {unamplified:.6g} (fixed bins, "
@@ -313,32 +339,23 @@ def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, t
         f"--seed={seed} fixes the accounting randomness for reproducibility; Thm 2.1 assumes "
         "the verification seed was not chosen after seeing outcomes (no seed shopping). "
         "Omit --seed to draw both seeds from OS entropy.")
-  guarantee = (
-      f"({target_epsilon:g}, {delta:g})-DP for noise_multiplier = {sigma!r} under "
-      f"balls-in-bins batching ({epochs} epochs x {batches_per_epoch} bins), released by "
-      f"Estimate-Verify-Release (paper 003, Alg. 1 / Thm 2.1): verified on a fresh Monte "
-      f"Carlo sample that δ̂ <= δ_verify = {delta_verify:.4g}; had the true δ(ε) exceeded "
-      f"{delta:g}, this check would have passed with probability <= "
-      f"{ver.failure_probability:.3g} (Chernoff bound, <= δ), which the δ = "
-      f"{delta:g} accounts for (τ = δ/δ_verify = {delta / delta_verify:.4g}).")
   return {
       "mechanism": name, "epochs": epochs, "batches_per_epoch": batches_per_epoch,
       "rounds": rounds, "target_epsilon": target_epsilon, "delta": delta,
-      "noise_multiplier": sigma, "released": True, "guarantee": guarantee,
-      "delta_verify": delta_verify, "calibration_margin": calibration_margin,
-      "delta_calibration": delta_cal,
+      "noise_multiplier": sigma, "released": True, "guarantee": release.guarantee(),
+      "delta_verify": delta_verify, "calibration_margin": release.calibration_margin,
+      "delta_calibration": delta_verify / (1.0 + release.calibration_margin),
       "mc_samples": mc_samples, "mc_samples_required": required,
-      "calibration_seed": cal_seed, "verification_seed": ver_seed,
-      "calibration_noise_multiplier": cal.noise_multiplier,
-      "calibration_noise_multiplier_standard_error": cal.noise_multiplier_standard_error,
-      "calibration_delta_hat": cal.delta_hat,
-      "calibration_delta_standard_error": cal.delta_standard_error,
-      "calibration_tail_samples": cal.num_tail_samples,
+      "calibration_seed": release.calibration_seed,
+      "verification_seed": release.verification_seed,
+      "calibration_noise_multiplier": release.calibration_value,
+      "calibration_delta_hat": release.calibration_delta_hat,
+      "calibration_delta_standard_error": release.calibration_delta_standard_error,
       "verification": "passed",
-      "verification_delta_hat": ver.delta_hat,
-      "verification_delta_standard_error": ver.standard_error,
-      "verification_tail_samples": ver.num_tail_samples,
-      "verification_failure_probability_bound": ver.failure_probability,
+      "verification_delta_hat": release.verification_delta_hat,
+      "verification_delta_standard_error": release.verification_delta_standard_error,
+      "verification_tail_samples": release.verification_tail_samples,
+      "verification_failure_probability_bound": release.failure_probability,
       "noise_multiplier_without_amplification": unamplified,
       "notes": notes,
   }
@@ -357,9 +374,12 @@ def format_table(result: dict[str, Any]) -> str:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument(
-      "--sampling", choices=("min_sep", "poisson", "balls_in_bins"), default="min_sep",
+      "--sampling", choices=("min_sep", "poisson", "balls_in_bins", "cyclic_poisson"),
+      default="min_sep",
       help="min_sep: at most k participations, >= b rounds apart (paper 004); poisson: "
-           "Poisson user sampling, DP-FedAvg (paper 001); balls_in_bins: paper 003")
+           "Poisson user sampling, DP-FedAvg (paper 001); balls_in_bins: paper 003; "
+           "cyclic_poisson: --min_sep groups Poisson-sampled in turn, banded C (bandmf, "
+           "dpsgd)")
   parser.add_argument("--mechanism", choices=catalog.names(), default=None)
   parser.add_argument("--params_in", default=None,
                       help="mechanism parameters (JSON from scripts/mechanism)")
@@ -417,6 +437,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif args.sampling == "poisson":
       result = poisson(args.population, args.clients_per_round, args.rounds,
                        args.noise_multiplier, args.delta)
+    elif args.sampling == "cyclic_poisson":
+      result = cyclic_poisson(
+          args.mechanism, args.params_in, args.rounds, args.min_sep, args.population,
+          args.clients_per_round, args.buffers, args.noise_multiplier, args.target_epsilon,
+          args.delta, args.seed)
     else:
       if args.noise_multiplier is not None:
         raise ValueError(

@@ -2,3 +2,24 @@
 process (no "Exception ignored in ServiceManager.__del__" at exit, no worker left behind)."""
 
 from dp_fl import runtime  # pylint: disable=unused-import
+
+import os  # pylint: disable=g-import-not-at-top,wrong-import-order
+
+
+def pytest_collection_modifyitems(config, items):
+  """Bazel test sharding (`shard_count` in a BUILD file): shard i of n runs every n-th test.
+
+  Bazel sets TEST_TOTAL_SHARDS / TEST_SHARD_INDEX and expects the runner to touch
+  TEST_SHARD_STATUS_FILE to say it shards; plain pytest runs see neither and run everything.
+  """
+  total = int(os.environ.get("TEST_TOTAL_SHARDS", "1"))
+  if total <= 1:
+    return
+  index = int(os.environ.get("TEST_SHARD_INDEX", "0"))
+  status = os.environ.get("TEST_SHARD_STATUS_FILE")
+  if status:
+    with open(status, "a", encoding="utf-8"):
+      pass
+  keep = [item for i, item in enumerate(items) if i % total == index]
+  config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+  items[:] = keep

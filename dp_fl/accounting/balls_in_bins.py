@@ -124,17 +124,21 @@ class BallsInBinsPair:
 
   Attributes:
     num_bins: b, batches (bins) per epoch (Def. 3.1).
-    num_epochs: E, so the number of rounds is n = b * E.
+    num_epochs: E, so the number of rounds is n = b * E (or `rounds`).
     gram: b x b Gram matrix, gram[i, k] = <m_i, m_k> (read-only).
+    rounds: n when the last epoch is cut short, b * (E - 1) < n <= b * E (None: b * E);
+      bins whose turn in the last epoch never comes take part E - 1 times.
   """
 
   num_bins: int
   num_epochs: int
   gram: np.ndarray
+  rounds: int | None = None
 
   def __post_init__(self):
     b = _checks.check_positive_int("num_bins", self.num_bins)
-    _checks.check_positive_int("num_epochs", self.num_epochs)
+    e = _checks.check_positive_int("num_epochs", self.num_epochs)
+    object.__setattr__(self, "rounds", _check_rounds(self.rounds, b, e))
     g = _checks.check_finite_array("gram", self.gram, ndim=2)
     if g.shape != (b, b):
       raise ValueError(
@@ -154,8 +158,8 @@ class BallsInBinsPair:
 
   @property
   def num_rounds(self) -> int:
-    """n = b * E (Def. 3.1)."""
-    return self.num_bins * self.num_epochs
+    """n: b * E (Def. 3.1), or fewer when the last epoch is cut short (`rounds`)."""
+    return self.rounds
 
   @property
   def sensitivity(self) -> float:
@@ -171,8 +175,26 @@ class BallsInBinsPair:
     return float(np.sqrt(np.max(np.diag(self.gram))))
 
 
+def _check_rounds(rounds: Any, b: int, e: int) -> int:
+  if rounds is None:
+    return b * e
+  n = _checks.check_positive_int("rounds", rounds)
+  if not b * (e - 1) < n <= b * e:
+    raise ValueError(
+        f"`rounds` must lie in the last epoch, b * (E - 1) < n <= b * E = ({b * (e - 1)}, "
+        f"{b * e}] for num_bins={b}, num_epochs={e}; got {rounds!r}. Use num_epochs = "
+        f"ceil(n / num_bins) = {-(-n // b)}.")
+  return n
+
+
+def epochs_for(rounds: int, num_bins: int) -> int:
+  """E = ceil(n / b): the epochs n rounds of b bins start (the last possibly cut short)."""
+  n = _checks.check_positive_int("rounds", rounds)
+  return -(-n // _checks.check_positive_int("num_bins", num_bins))
+
+
 def _check_matrix_input(num_bins: int, num_epochs: int, matrix: Any,
-                        toeplitz_coefs: Any) -> tuple[int, int, int]:
+                        toeplitz_coefs: Any, rounds: Any = None) -> tuple[int, int, int]:
   b = _checks.check_positive_int("num_bins", num_bins)
   e = _checks.check_positive_int("num_epochs", num_epochs)
   if (matrix is None) == (toeplitz_coefs is None):
@@ -180,15 +202,15 @@ def _check_matrix_input(num_bins: int, num_epochs: int, matrix: Any,
         "Pass exactly one of `matrix` (dense n x n C) and `toeplitz_coefs` "
         f"(first column of a Toeplitz C); got matrix={'set' if matrix is not None else None}"
         f", toeplitz_coefs={'set' if toeplitz_coefs is not None else None}.")
-  return b, e, b * e
+  return b, e, _check_rounds(rounds, b, e)
 
 
 def _validated_matrix(matrix: Any, n: int) -> np.ndarray:
   c = _checks.check_finite_array("matrix", matrix, ndim=2)
   if c.shape != (n, n):
     raise ValueError(
-        f"`matrix` must be n x n with n = num_bins * num_epochs = {n}; got shape "
-        f"{c.shape}. Adjust num_bins/num_epochs or the matrix.")
+        f"`matrix` must be n x n with n = num_bins * num_epochs (or `rounds`) = {n}; got "
+        f"shape {c.shape}. Adjust num_bins/num_epochs/rounds or the matrix.")
   if np.any(c < 0):
     raise ValueError(
         f"`matrix` must be entry-wise non-negative (Lemma 3.2 of paper 003); got "
@@ -211,24 +233,27 @@ def _validated_toeplitz(toeplitz_coefs: Any, n: int) -> np.ndarray:
 
 
 def mode_means(*, num_bins: int, num_epochs: int, matrix: Any = None,
-               toeplitz_coefs: Any = None) -> np.ndarray:
+               toeplitz_coefs: Any = None, rounds: int | None = None) -> np.ndarray:
   """The n x b matrix of modes M = [m_0, ..., m_{b-1}] of Lemma 3.2.
 
   m_i = sum_{j=0}^{E-1} C[:, b*j + i] (0-based bins; paper 003 writes
-  1-based i). C is given either densely (`matrix`, n x n, lower-triangular,
-  non-negative) or as Toeplitz coefficients (`toeplitz_coefs`, c_0, c_1, ...;
-  zero-padded, or truncated, to n = b * E).
+  1-based i), the sum over the columns b*j + i < n. C is given either densely
+  (`matrix`, n x n, lower-triangular, non-negative) or as Toeplitz coefficients
+  (`toeplitz_coefs`, c_0, c_1, ...; zero-padded, or truncated, to n). n is
+  `rounds` (default b * E); a shorter last epoch is C padded with zero rows and
+  columns to b * E: the rounds never run release nothing about anyone.
 
   Returns:
     float64 array of shape (n, b).
   """
-  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs)
+  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs, rounds)
   if matrix is not None:
-    c = _validated_matrix(matrix, n)
+    c = np.zeros((n, b * e))
+    c[:, :n] = _validated_matrix(matrix, n)
     return c.reshape(n, e, b).sum(axis=1)
-  s = _folded(_validated_toeplitz(toeplitz_coefs, n), b, e)
+  s = _folded(_validated_toeplitz(toeplitz_coefs, b * e), b, e)
   out = np.zeros((n, b))
-  for i in range(b):
+  for i in range(min(b, n)):
     out[i:, i] = s[:n - i]
   return out
 
@@ -238,18 +263,20 @@ def _folded(coefs: np.ndarray, b: int, e: int) -> np.ndarray:
   return np.cumsum(coefs.reshape(e, b), axis=0).ravel()
 
 
-def _toeplitz_gram(coefs: np.ndarray, b: int, e: int) -> np.ndarray:
+def _toeplitz_gram(coefs: np.ndarray, b: int, e: int, n: int | None = None) -> np.ndarray:
   """Gram matrix of the Lemma 3.2 modes of a Toeplitz C in O(n b) time.
 
-  Since m_i[t] = s[t - i] (t >= i), for i <= k with d = k - i:
+  Since m_i[t] = s[t - i] (i <= t < n), for i <= k with d = k - i:
       G[i, k] = sum_{v=0}^{n-1-k} s[v] s[v + d],
-  a truncated autocorrelation of s at lag d: one prefix sum per lag.
+  a truncated autocorrelation of s at lag d: one prefix sum per lag (zero for
+  a bin k >= n that never takes part). `coefs` has b * E entries; n defaults to
+  b * E.
   """
-  n = b * e
-  s = _folded(coefs, b, e)
+  n = b * e if n is None else n
+  s = _folded(coefs, b, e)[:n]
   g = np.zeros((b, b))
-  ks = np.arange(b)
-  for d in range(b):
+  ks = np.arange(min(b, n))
+  for d in range(ks.size):
     prefix = np.cumsum(s[:n - d] * s[d:])  # prefix[L - 1] = sum_{v < L}.
     k = ks[d:]
     g[k - d, k] = prefix[n - k - 1]
@@ -257,27 +284,31 @@ def _toeplitz_gram(coefs: np.ndarray, b: int, e: int) -> np.ndarray:
 
 
 def dominating_pair(*, num_bins: int, num_epochs: int, matrix: Any = None,
-                    toeplitz_coefs: Any = None) -> BallsInBinsPair:
+                    toeplitz_coefs: Any = None,
+                    rounds: int | None = None) -> BallsInBinsPair:
   """The dominating pair of Lemma 3.2 (paper 003) for balls-in-bins batching.
 
   Args:
     num_bins: b, batches per epoch (Def. 3.1).
-    num_epochs: E; n = b * E rounds.
+    num_epochs: E; n = b * E rounds (or `rounds`).
     matrix: dense n x n non-negative lower-triangular C, or None.
     toeplitz_coefs: Toeplitz coefficients c_0, c_1, ... of C (e.g. BLT:
       c_0 = 1, c_t = sum_j omega_j theta_j^(t-1)), or None. Shorter arrays
       are zero-padded (BandMF bands), longer ones truncated to n.
+    rounds: n when the last epoch is cut short, b * (E - 1) < n <= b * E
+      (None: b * E). The pair is that of C padded with zeros to b * E rounds
+      (see `mode_means`).
 
   Returns:
     A `BallsInBinsPair` holding the Gram matrix of the modes m_i.
   """
-  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs)
+  b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs, rounds)
   if matrix is not None:
-    modes = mode_means(num_bins=b, num_epochs=e, matrix=matrix)
+    modes = mode_means(num_bins=b, num_epochs=e, matrix=matrix, rounds=n)
     gram = modes.T @ modes
   else:
-    gram = _toeplitz_gram(_validated_toeplitz(toeplitz_coefs, n), b, e)
-  return BallsInBinsPair(num_bins=b, num_epochs=e, gram=gram)
+    gram = _toeplitz_gram(_validated_toeplitz(toeplitz_coefs, b * e), b, e, n)
+  return BallsInBinsPair(num_bins=b, num_epochs=e, gram=gram, rounds=n)
 
 
 # --------------------------------------------------------------------------

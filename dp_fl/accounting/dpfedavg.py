@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
@@ -272,18 +272,59 @@ def dpfedavg_epsilon(
     eps, order = rdp_epsilon(q, z, t, delta)
     return DpFedAvgGuarantee(method=method, epsilon=eps, order=order, **common)
   if method == PLD:
-    if pld_value_discretization_interval is None:
-      interval = pld_discretization_interval_for(q)
-    else:
-      interval = _checks.check_positive(
-          "pld_value_discretization_interval", pld_value_discretization_interval)
-    fine = pld_epsilon(q, z, t, delta, interval)
-    coarse = pld_epsilon(q, z, t, delta, interval * _PLD_CHECK_FACTOR)
-    consistent = fine <= coarse * (1.0 + 1e-9) + 1e-12
+    pld = checked_pld_epsilon(q, z, t, delta, pld_value_discretization_interval)
     return DpFedAvgGuarantee(
-        method=method, epsilon=min(fine, coarse), pld_value_discretization_interval=interval,
-        pld_check_epsilon=coarse, pld_consistent=consistent, **common)
+        method=method, epsilon=pld.epsilon, pld_value_discretization_interval=pld.interval,
+        pld_check_epsilon=pld.check_epsilon, pld_consistent=pld.consistent, **common)
   raise ValueError(f"`method` must be one of {METHODS}; got {method!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedPld:
+  """The PLD ε of a Poisson-sampled Gaussian on two grids (see `checked_pld_epsilon`)."""
+  epsilon: float
+  interval: float
+  check_epsilon: float
+  consistent: bool
+
+
+def checked_pld_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
+                        delta: float, interval: float | None = None) -> CheckedPld:
+  """ε at δ of T rounds of the Poisson-sampled Gaussian by PLD, on the grid `interval`
+  (default `pld_discretization_interval_for(q)`) and on a 3x coarser one.
+
+  Both are pessimistic upper bounds; the finer one must not exceed the coarser, else float
+  error in the FFT composition is suspected and the smaller (coarser-grid) bound is the ε.
+  """
+  if interval is None:
+    interval = pld_discretization_interval_for(sampling_probability)
+  else:
+    interval = _checks.check_positive("pld_value_discretization_interval", interval)
+  fine = pld_epsilon(sampling_probability, noise_multiplier, rounds, delta, interval)
+  coarse = pld_epsilon(sampling_probability, noise_multiplier, rounds, delta,
+                       interval * _PLD_CHECK_FACTOR)
+  return CheckedPld(epsilon=min(fine, coarse), interval=interval, check_epsilon=coarse,
+                    consistent=fine <= coarse * (1.0 + 1e-9) + 1e-12)
+
+
+def smallest_noise_multiplier(epsilon: Callable[[float], float], target_epsilon: float,
+                              relative_tolerance: float = 1e-12) -> float:
+  """The smallest z (to `relative_tolerance`) with `epsilon(z)` <= `target_epsilon`, for a
+  non-increasing ε(z): brackets [lo, hi] with ε(hi) <= target (doubling hi), then bisects in
+  log z and returns the upper end of the final bracket, so the z returned always meets the
+  target (conservative)."""
+  target = _checks.check_positive("target_epsilon", target_epsilon)
+  tol = _checks.check_positive("relative_tolerance", relative_tolerance)
+  lo, hi = 1e-3, 1.0
+  while epsilon(hi) > target:
+    lo, hi = hi, 2.0 * hi
+    if hi > 1e6:
+      raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier above "
+                       "1e6; raise the target or lower the rounds / sampling rate.")
+  while hi / lo - 1.0 > tol:
+    mid = math.sqrt(lo * hi)
+    lo, hi = (mid, hi) if epsilon(mid) > target else (lo, mid)
+  return hi
 
 
 def noise_multiplier_for_epsilon(
@@ -304,20 +345,8 @@ def noise_multiplier_for_epsilon(
   Returns:
     z with `dpfedavg_epsilon(..., z, ...).epsilon <= target_epsilon`.
   """
-  target = _checks.check_positive("target_epsilon", target_epsilon)
-  tol = _checks.check_positive("relative_tolerance", relative_tolerance)
-
   def epsilon(z):
     return dpfedavg_epsilon(population, expected_clients_per_round, z, rounds, delta,
                             method=method).epsilon
 
-  lo, hi = 1e-3, 1.0
-  while epsilon(hi) > target:
-    lo, hi = hi, 2.0 * hi
-    if hi > 1e6:
-      raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier above "
-                       "1e6; raise the target or lower the rounds / sampling rate.")
-  while hi / lo - 1.0 > tol:
-    mid = math.sqrt(lo * hi)
-    lo, hi = (mid, hi) if epsilon(mid) > target else (lo, mid)
-  return hi
+  return smallest_noise_multiplier(epsilon, target_epsilon, relative_tolerance)

@@ -74,6 +74,18 @@ def _scope_dict(scope: tuple[tuple[str, str], ...]) -> dict[str, str]:
   return {k: v for k, v in scope}
 
 
+def _report_dict(report: Any, **extra: Any) -> dict[str, Any]:
+  """A report dataclass as JSON-ready dict: lists for tuples, the scope as a mapping, the
+  checklist filled in, and `extra` fields (computed or overridden)."""
+  d = dataclasses.asdict(report)
+  d["notes"] = list(report.notes)
+  d["caveats"] = list(report.caveats)
+  d["scope"] = _scope_dict(report.scope)
+  d.update(extra)
+  d["checklist"] = report.checklist()
+  return d
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivacyReport:
   """The DP statement of one training run (paper 004, App. C).
@@ -107,13 +119,7 @@ class PrivacyReport:
     return self.sensitivity_kind != "exact"
 
   def to_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    d["caveats"] = list(self.caveats)
-    d["scope"] = _scope_dict(self.scope)
-    d["sensitivity_is_lower_bound"] = self.sensitivity_is_lower_bound
-    d["checklist"] = self.checklist()
-    return d
+    return _report_dict(self, sensitivity_is_lower_bound=self.sensitivity_is_lower_bound)
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -253,13 +259,7 @@ class SampledPrivacyReport:
   epsilon_lower_bound: Optional[float] = None  # The PLD ε is a guarantee: no bracket.
 
   def to_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    d["caveats"] = list(self.caveats)
-    d["scope"] = _scope_dict(self.scope)
-    d["rho"] = None
-    d["checklist"] = self.checklist()
-    return d
+    return _report_dict(self, rho=None)
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -325,3 +325,90 @@ def dpfedavg_report(population: int, expected_clients_per_round: float,
       epsilon_moments_accountant=results[dpfedavg.MOMENTS_ACCOUNTANT].epsilon,
       pld_value_discretization_interval=pld.pld_value_discretization_interval,
       clip_norm=clip_norm, notes=notes, scope=tuple(scope), caveats=tuple(caveats))
+
+
+@dataclasses.dataclass(frozen=True)
+class AmplifiedPrivacyReport:
+  """The DP statement of a DP-FTRL run whose sampling amplifies its privacy.
+
+  Two valid (ε, δ) bounds of the same run at the same δ: the amplified one of the sampling
+  scheme (`amplified`: balls-in-bins Monte Carlo, paper 003; or cyclic Poisson for banded C)
+  and the unamplified one from the realized participation (`unamplified`, paper 004 Sec. 3.1,
+  which holds whatever the sampling). `epsilon` is the smaller of those that hold; the
+  amplified one holds only when its release was verified, the run followed the analysed
+  schedule (no discarded draw) and the sampling is secret — `amplified_holds` and
+  `why_not_amplified` say so.
+  """
+  scheme: str
+  mechanism: str
+  noise_multiplier: float
+  delta: float
+  epsilon: float
+  epsilon_amplified: Optional[float]
+  amplified_holds: bool
+  why_not_amplified: str
+  amplified_method: str
+  sampling_assumption: str
+  amplified: dict
+  unamplified: PrivacyReport
+  notes: tuple[str, ...] = ()
+  scope: tuple[tuple[str, str], ...] = ()
+  caveats: tuple[str, ...] = ()
+  rho: float = float("nan")  # The amplified bound is not a zCDP statement.
+  epsilon_lower_bound: Optional[float] = None  # Both bounds are guarantees.
+
+  @property
+  def epsilon_unamplified(self) -> float:
+    return self.unamplified.epsilon
+
+  @property
+  def sensitivity_is_lower_bound(self) -> bool:
+    return False  # The unamplified ε is computed from a valid upper bound when needed.
+
+  def to_dict(self) -> dict[str, Any]:
+    return _report_dict(self, rho=None, unamplified=self.unamplified.to_dict(),
+                        epsilon_unamplified=self.epsilon_unamplified)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str)
+
+  def checklist(self) -> dict[str, str]:
+    base = self.unamplified.checklist()
+    which = ("the amplified bound" if self.amplified_holds
+             and self.epsilon == self.epsilon_amplified else "the unamplified bound")
+    return {
+        **base,
+        "accounting": (f"Two bounds of the same run at δ = {self.delta:g}: amplified by "
+                       f"{self.scheme} ({self.amplified_method}) and unamplified "
+                       f"({base['accounting']}); the reported ε is {which}."),
+        "accounting_assumptions": (
+            f"Amplified: {self.sampling_assumption} Unamplified: "
+            f"{base['accounting_assumptions']}"),
+        "formal_statement": (
+            f"{self.mechanism} with noise multiplier {self.noise_multiplier:g} satisfies "
+            f"(ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP"
+            + (f" (amplified by {self.scheme}; without amplification ε = "
+               f"{self.epsilon_unamplified:.4g})" if which == "the amplified bound" else
+               f" (unamplified; {self.why_not_amplified})")
+            + "." + "".join(f" Caveat: {c}" for c in self.caveats)),
+    }
+
+  def to_markdown(self) -> str:
+    amplified = ("—" if self.epsilon_amplified is None
+                 else f"{self.epsilon_amplified:.6g}"
+                 + ("" if self.amplified_holds else " (does not hold for this run)"))
+    rows = [
+        ("mechanism", f"{self.mechanism} — {self.unamplified.mechanism_description}"),
+        ("sampling", self.scheme),
+        ("noise multiplier σ", f"{self.noise_multiplier:g}"),
+        (f"ε at δ = {self.delta:g} (reported)", f"{self.epsilon:.6g}"),
+        (f"ε amplified ({self.amplified_method})", amplified),
+        ("ε without amplification (realized participation)",
+         f"{self.epsilon_unamplified:.6g}"),
+    ]
+    rows += [(f"amplification: {k}", f"{v:.6g}" if isinstance(v, float) else str(v))
+             for k, v in self.amplified.items() if k not in ("scheme",)]
+    notes = self.notes + (() if self.amplified_holds else
+                          (f"No amplified ε is claimed: {self.why_not_amplified}",))
+    return _markdown(rows, self.checklist(), notes + self.unamplified.notes, self.scope,
+                     self.caveats)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -163,7 +164,15 @@ class Mechanism(abc.ABC):
     """
     raise ValueError(
         f"The {self.name} mechanism's C is not a square lower-triangular matrix, which "
-        f"balls-in-bins accounting (paper 003) needs; use blt, bandmf or dpsgd.")
+        f"balls-in-bins accounting (paper 003) needs; use blt, bandmf, tree or dpsgd.")
+
+
+def mechanism_digest(mechanism: Optional[Mechanism]) -> Optional[str]:
+  """SHA-256 of the mechanism's parameters (canonical JSON); None without a mechanism."""
+  if mechanism is None:
+    return None
+  text = json.dumps(mechanism.to_dict(), sort_keys=True, separators=(",", ":"))
+  return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class BltMechanism(Mechanism):
@@ -312,6 +321,12 @@ class TreeMechanism(Mechanism):
           "round's noise at once; it is offered for loss comparison only. Use `tree` "
           "(online TreeAgg) for training.")
     return streaming.TreeStreamingNoise(None if rounds is None else self.check_rounds(rounds))
+
+  def lower_triangular_input(self, rounds):
+    if self.full:  # TreeAgg-Full decodes all nodes: its C is not square.
+      return super().lower_triangular_input(rounds)
+    # Online TreeAgg: row t is the node completed at round t (the noise TreeNoise adds).
+    return {"matrix": tree.online_tree_matrix(self.check_rounds(rounds))}
 
   def to_dict(self):
     return {"mechanism": self.name, "complete": self.complete}

@@ -11,7 +11,8 @@ Modules:
   device_timer   min-sep via device timers / round-based separation (paper 004
                  Alg. 1, Sec. 1, App. C), check-in API, shortfall handling
   sampling       Poisson (paper 001), balls-in-bins (paper 003 Def. 3.1 and
-                 Sec. 5.2.1), uniform, cyclic epochs
+                 Sec. 5.2.1), cyclic Poisson (amplified BandMF), uniform, cyclic
+                 epochs
   checkpoint     `restore_scheduler(bytes)` for any scheduler kind
   extrapolation  predicted realized (b, k) for a planned run (paper 004 Sec. 5)
   tff_adapter    per-round client ids and datasets for a TFF training loop
@@ -26,4 +27,5 @@ Notation (public names / symbols in the papers):
   sampling_probability                   q (paper 001)
   num_bins                               NB (= b of paper 003 Def. 3.1)
   fixed_size                             B (paper 003 Sec. 5.2.1)
+  num_groups                             G (cyclic Poisson; = --min_sep)
 """

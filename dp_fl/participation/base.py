@@ -202,7 +202,9 @@ class Scheduler(abc.ABC):
 
   def realized_if(self, selection: RoundSelection) -> ledger_lib.RealizedParticipation:
     """The realized participation if `selection` were committed (for ε look-ahead)."""
-    return self._ledger.realized_if(selection.round_index, selection.client_ids)
+    return dataclasses.replace(
+        self._ledger.realized_if(selection.round_index, selection.client_ids),
+        discarded_draws=self._discarded)
 
   @property
   def draws(self) -> int:
@@ -232,8 +234,8 @@ class Scheduler(abc.ABC):
     return self._ledger
 
   def realized(self) -> ledger_lib.RealizedParticipation:
-    """Realized (b, k, histogram) so far; what the privacy report must use."""
-    return self._ledger.realized()
+    """Realized (b, k, histogram, discarded draws) so far; what the privacy report uses."""
+    return dataclasses.replace(self._ledger.realized(), discarded_draws=self._discarded)
 
   def to_bytes(self) -> bytes:
     """Configuration and full state as bytes (exact round trip via `from_bytes`).

@@ -15,7 +15,8 @@ from dp_fl.participation import sampling
 _SCHEDULERS: dict[str, type[base.Scheduler]] = {
     cls.KIND: cls for cls in (
         device_timer.DeviceTimerScheduler, sampling.PoissonScheduler,
-        sampling.UniformScheduler, sampling.BallsInBinsScheduler, sampling.CyclicScheduler)
+        sampling.UniformScheduler, sampling.BallsInBinsScheduler, sampling.CyclicScheduler,
+        sampling.CyclicPoissonScheduler)
 }
 
 

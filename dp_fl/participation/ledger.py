@@ -54,6 +54,8 @@ class RealizedParticipation:
     total_participations: sum of cohort sizes over all rounds.
     refused_check_ins: check-ins refused because the device was ineligible
       (paper 004 App. C: misbehaving clients do not affect others' guarantee).
+    discarded_draws: selections that were run but discarded (no row of C); they shift
+      which bin or group later rows use, which amplification analyses do not model.
   """
   num_rounds: int
   min_separation: int | None
@@ -62,6 +64,7 @@ class RealizedParticipation:
   num_participants: int
   total_participations: int
   refused_check_ins: int
+  discarded_draws: int = 0
 
 
 class ParticipationLedger:

@@ -4,6 +4,9 @@
   probability ``q`` (paper 001 Sec. 2, "random sample of users ... each user
   selected independently with probability q"); the cohort size is variable and
   the aggregator uses paper 001's fixed denominator ``qN``.
+* `CyclicPoissonScheduler` — clients in ``G`` groups (drawn once); round ``t``
+  Poisson-samples group ``t mod G`` with rate ``q`` (amplified BandMF,
+  Choquette-Choo et al. 2023); ``G = 1`` is Poisson sampling.
 * `UniformScheduler` — ``m`` distinct clients uniformly at random per round,
   independently across rounds.
 * `BallsInBinsScheduler` — paper 003 Def. 3.1: each client is placed once, at
@@ -63,6 +66,78 @@ class PoissonScheduler(base.Scheduler):
   def _from_config(cls, config, arrays):
     del arrays
     return cls(config["num_clients"], config["sampling_probability"], config["seed"])
+
+
+class CyclicPoissonScheduler(base.Scheduler):
+  """Cyclic Poisson sampling (Choquette-Choo et al. 2023, amplified BandMF).
+
+  Each client is put once, at construction, into one of ``G`` groups uniformly at random
+  (independently across clients, so adding or removing one client changes no one else's
+  group); round ``t`` samples every member of group ``t mod G`` independently with
+  probability ``q``. A client can only take part in rounds ``G`` apart, and in each with
+  probability ``q``. The denominator is the expected cohort ``qN / G``.
+
+  Args:
+    num_clients: population ``N``.
+    num_groups: ``G >= 1`` (``G = 1``: plain Poisson sampling).
+    sampling_probability: ``q`` in (0, 1], within the round's group.
+    seed: the groups and every round's draw derive from it (secret in private runs).
+  """
+
+  KIND = "CyclicPoissonScheduler"
+
+  def __init__(self, num_clients: int, num_groups: int, sampling_probability: float,
+               seed: int):
+    super().__init__(num_clients, seed)
+    self._groups = _checks.check_positive_int("num_groups", num_groups)
+    self._q = _checks.check_half_open_unit("sampling_probability", sampling_probability)
+    group = self._rng(base.STREAM_BINS, 0).integers(self._groups, size=self._num_clients,
+                                                    dtype=np.int32)
+    self._order = np.argsort(group, kind="stable").astype(np.int64)
+    self._offsets = np.concatenate(
+        [[0], np.cumsum(np.bincount(group, minlength=self._groups))]).astype(np.int64)
+
+  @property
+  def num_groups(self) -> int:
+    return self._groups
+
+  @property
+  def sampling_probability(self) -> float:
+    return self._q
+
+  @property
+  def expected_cohort_size(self) -> float:
+    return self._q * self._num_clients / self._groups
+
+  def group_members(self, group_index: int) -> np.ndarray:
+    """Sorted clients of group `group_index`."""
+    g = _checks.check_nonnegative_int("group_index", group_index)
+    if g >= self._groups:
+      raise ValueError(f"`group_index` must be < num_groups ({self._groups}); got "
+                       f"{group_index!r}.")
+    return np.sort(self._order[self._offsets[g]:self._offsets[g + 1]])
+
+  def _select(self, round_index, draw_index):
+    # A discarded draw spends its group's turn, like a balls-in-bins bin: the rounds a
+    # client can take part in stay `num_groups` apart.
+    g = draw_index % self._groups
+    members = self._order[self._offsets[g]:self._offsets[g + 1]]
+    rng = self._rng(base.STREAM_SELECT, draw_index)
+    k = int(rng.binomial(members.size, self._q))
+    ids = np.sort(rng.choice(members, size=k, replace=False).astype(np.int64))
+    return base.RoundSelection(round_index=round_index, client_ids=ids,
+                               denominator=self.expected_cohort_size,
+                               num_candidates=int(members.size))
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "num_groups": self._groups,
+            "sampling_probability": self._q, "seed": self._seed}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["num_groups"], config["sampling_probability"],
+               config["seed"])
 
 
 class UniformScheduler(base.Scheduler):

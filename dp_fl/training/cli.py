@@ -292,6 +292,14 @@ def add_compare_arguments(parser: argparse.ArgumentParser, task: str) -> None:
       f"{f:g}" for f in compare_lib.DEFAULT_LR_FACTORS),
                      help="the server learning-rate grid, as factors of each mechanism's "
                           "tuned rate; chosen on the validation data (one value: no grid)")
+  group.add_argument("--participations", default=None,
+                     help="comma-separated --participation schemes: each private mechanism "
+                          "is compared under each (rows mechanism@participation, each at the "
+                          "same ε with its own, possibly amplified, accounting: e.g. "
+                          "device_timer,balls_in_bins,cyclic_poisson); default: --participation")
+  group.add_argument("--max_grid_extensions", type=int, default=2,
+                     help="while the best rate lies on the grid's edge, add up to this many "
+                          "rates one step past it (0: the grid as given)")
   parser.set_defaults(calibrate_epsilon=8.0)
 
 
@@ -341,6 +349,9 @@ def _compare(args: argparse.Namespace,
                      "e.g. 0.5,1,2.")
   if args.seeds < 1:
     raise ValueError(f"--seeds={args.seeds} must be at least 1.")
+  if args.max_grid_extensions < 0:
+    raise ValueError(f"--max_grid_extensions={args.max_grid_extensions} must be at least 0 "
+                     "(0 keeps the grid as given).")
   if args.root_dir is not None:
     raise ValueError(f"--root_dir={args.root_dir!r} is not used by compare: it writes one run "
                      "per mechanism and setting under --out_dir. Pass --out_dir.")
@@ -349,12 +360,23 @@ def _compare(args: argparse.Namespace,
                      "--mechanisms (comma-separated).")
   _check_calibrate_epsilon(args.calibrate_epsilon)
 
+  participations = None
+  if args.participations is not None:
+    participations = _parse_list("participations", args.participations, str)
+    unknown = [p for p in participations if p not in config_lib.PARTICIPATIONS]
+    if unknown:
+      raise ValueError(f"--participations={args.participations!r}: unknown {unknown}; known: "
+                       f"{', '.join(config_lib.PARTICIPATIONS)}.")
+
   def config_for(mechanism: str):
     return settings_and_config(argparse.Namespace(**{**vars(args), "mechanism": mechanism}))[1]
 
   try:
     for mechanism in mechanisms:  # Every configuration valid before any training.
-      config_for(mechanism)
+      for participation in participations or [None]:
+        config = config_for(mechanism)
+        if participation is not None and config.is_private:
+          config.replace(participation=participation)
     settings, _ = settings_and_config(args)
     task = make_task(settings)
     print(task.description, flush=True)
@@ -362,6 +384,7 @@ def _compare(args: argparse.Namespace,
       output = compare_lib.compare(
           task, config_for, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
           out_dir=args.out_dir, lr_factors=factors, seeds=args.seeds,
+          max_grid_extensions=args.max_grid_extensions, participations=participations,
           progress=lambda line: print(line, flush=True))
   except ValueError as e:  # The runs' directories are compare's --out_dir/<...>.
     raise ValueError(str(e).replace("`--root_dir`", "`--out_dir`").replace(

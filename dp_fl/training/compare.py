@@ -7,7 +7,10 @@ each mechanism (private ones and the non-private references `none` and `clip`):
 1. σ calibrated so the planned schedule reaches the target ε at δ (private mechanisms);
 2. a small grid of server learning rates (the mechanism's tuned rate × `lr_factors`),
    each trained once and scored on the task's **validation** data
-   (`Task.validation_dataset_fn`, disjoint from the evaluation data);
+   (`Task.validation_dataset_fn`, disjoint from the evaluation data); while the best rate
+   lies on the grid's edge the grid is extended one step past it (at most
+   `max_grid_extensions` times), so a mechanism is not reported at a rate the grid merely
+   cut off;
 3. the best rate (by the task's headline metric) trained with `seeds` other seeds (model
    initialization and the simulated population; the noise from OS entropy, or from
    `reproducible_noise_seed + seed`), scored on the **evaluation** data;
@@ -17,8 +20,8 @@ each mechanism (private ones and the non-private references `none` and `clip`):
 Outputs in `out_dir`: `comparison.json` (every run), `comparison.md` (the table, the
 baseline, the command's settings) and `comparison.png` (mean ± std per mechanism, the
 unigram baseline dashed). Each run has its own run directory
-`<out_dir>/<mechanism>/{lr_<rate>,seed_<s>}` with its figures and report; rerunning the
-same command resumes unfinished runs and reuses finished ones.
+`<out_dir>/<mechanism>/{lr_<rate>,seed_<s>_lr_<rate>}` with its figures and report;
+rerunning the same command resumes unfinished runs and reuses finished ones.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def _grid_key(rate: float) -> str:
 def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.TrainingConfig], *,
             mechanisms: Sequence[str], target_epsilon: float, out_dir: str,
             lr_factors: Sequence[float] = DEFAULT_LR_FACTORS, seeds: int = 3,
+            max_grid_extensions: int = 2, participations: Optional[Sequence[str]] = None,
             progress: Callable[[str], None] = print) -> dict[str, Any]:
   """Runs the comparison (see the module doc); returns what `comparison.json` holds.
 
@@ -75,12 +79,19 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
     out_dir: where the runs and the outputs go.
     lr_factors: the grid, as factors of each mechanism's configured server rate.
     seeds: runs per mechanism at the chosen rate.
+    max_grid_extensions: how many rates may be added past the grid's edge while the best
+      rate lies on it (see `_edge_extensions`); 0 keeps the grid as given.
+    participations: compare each private mechanism under each of these `--participation`
+      schemes (rows `mechanism@participation`, each calibrated to `target_epsilon` with its
+      own — possibly amplified — accounting); None: the configured one.
     progress: where progress lines go.
   """
   if not target_epsilon > 0 or math.isinf(target_epsilon):
     raise ValueError(f"`target_epsilon` must be a finite ε > 0; got {target_epsilon!r}.")
   if seeds < 1:
     raise ValueError(f"`seeds` must be >= 1; got {seeds!r}.")
+  if max_grid_extensions < 0:
+    raise ValueError(f"`max_grid_extensions` must be >= 0; got {max_grid_extensions!r}.")
   factors = tuple(float(f) for f in lr_factors)
   if not factors or any(not (f > 0 and math.isfinite(f)) for f in factors):
     raise ValueError(f"`lr_factors` must be positive numbers; got {lr_factors!r}.")
@@ -88,42 +99,94 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
   metric = task.headline_metric
   records: list[RunRecord] = []
   rows = []
-  for mechanism in mechanisms:
-    base = config_for(mechanism)
-    if base.is_private:
+  for label, base in _entries(mechanisms, participations, config_for):
+    first_rate = base.server_learning_rate * factors[0]
+    first_dir = (os.path.join(out_dir, label, f"lr_{_grid_key(first_rate)}")
+                 if validation is not None else
+                 os.path.join(out_dir, label, f"seed_{base.seed + 1}_lr_{_grid_key(first_rate)}"))
+    if base.is_private:  # Calibrated in the first run's directory, where an amplified
+      # participation caches its Monte Carlo release: a rerun finds the same σ there.
       base = base.replace(noise_multiplier=program.calibrate_noise_multiplier(
-          base.replace(root_dir=os.path.join(out_dir, mechanism)), target_epsilon,
-          len(task.train_data.client_ids)))
+          base.replace(root_dir=first_dir), target_epsilon, len(task.train_data.client_ids)))
     grid = []
     if validation is not None:
-      for factor in factors:
-        rate = base.server_learning_rate * factor
-        record = _run(validation, base, mechanism, "validation", rate, base.seed,
-                      os.path.join(out_dir, mechanism, f"lr_{_grid_key(rate)}"), metric,
+
+      def grid_run(rate, label=label, base=base):
+        record = _run(validation, base, label, "validation", rate, base.seed,
+                      os.path.join(out_dir, label, f"lr_{_grid_key(rate)}"), metric,
                       progress)
         records.append(record)
         grid.append(record)
-      best = max(grid, key=lambda r: (r.metric if math.isfinite(r.metric) else -math.inf,
-                                      -r.server_learning_rate))
-      chosen = best.server_learning_rate
+
+      for factor in factors:
+        grid_run(base.server_learning_rate * factor)
+      for rate in _edge_extensions(grid, max_grid_extensions):
+        grid_run(rate)
+      chosen = _best(grid).server_learning_rate
     else:
-      chosen = base.server_learning_rate * factors[0]
+      chosen = first_rate
     runs = []
     for s in range(seeds):
       seed = base.seed + 1 + s
-      record = _run(task, base, mechanism, "evaluation", chosen, seed,
-                    os.path.join(out_dir, mechanism, f"seed_{seed}"), metric, progress)
+      record = _run(task, base, label, "evaluation", chosen, seed,
+                    os.path.join(out_dir, label, f"seed_{seed}_lr_{_grid_key(chosen)}"),
+                    metric, progress)
       records.append(record)
       runs.append(record)
-    rows.append(_row(mechanism, base, chosen, grid, runs))
+    rows.append(_row(label, base, chosen, grid, runs))
   output = {
       "task": task.name, "description": task.description, "target_epsilon": target_epsilon,
       "headline_metric": metric, "baseline": dict(task.baseline_metrics),
-      "lr_factors": list(factors), "seeds": seeds, "rows": rows,
+      "lr_factors": list(factors), "max_grid_extensions": max_grid_extensions,
+      "seeds": seeds, "rows": rows,
       "runs": [dataclasses.asdict(r) for r in records],
   }
   write_outputs(output, out_dir)
   return output
+
+
+def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],
+             config_for: Callable[[str], config_lib.TrainingConfig]
+             ) -> list[tuple[str, config_lib.TrainingConfig]]:
+  """(row label, configuration) of every row: each mechanism under each participation (the
+  non-private references once, under the first); labels `mechanism@participation` when
+  several participations are compared."""
+  out = []
+  for mechanism in mechanisms:
+    base = config_for(mechanism)
+    schemes = list(participations) if participations else [base.participation]
+    for participation in (schemes if base.is_private else schemes[:1]):
+      label = mechanism if len(schemes) == 1 else f"{mechanism}@{participation}"
+      out.append((label, base.replace(participation=participation)))
+  return out
+
+
+def _best(grid: Sequence[RunRecord]) -> RunRecord:
+  """The best validation score; ties (and NaN-free equal scores) go to the smaller rate."""
+  return max(grid, key=lambda r: (r.metric if math.isfinite(r.metric) else -math.inf,
+                                  -r.server_learning_rate))
+
+
+def _edge_extensions(grid: list[RunRecord], limit: int):
+  """Rates to add while the best of `grid` lies on its edge (at most `limit` of them).
+
+  A best rate at the largest (smallest) value tried says the optimum may lie beyond it: the
+  grid is extended one step past that edge, the step being the ratio of the two outermost
+  rates on that side (×2 for a one-point grid), until the best is inside or the limit is
+  reached. Yields lazily: each rate is chosen after the previous one was trained (appended
+  to `grid` by the caller).
+  """
+  for _ in range(limit):
+    rates = sorted(r.server_learning_rate for r in grid)
+    best = _best(grid)
+    if not math.isfinite(best.metric) or len(rates) < 2:
+      return
+    if best.server_learning_rate == rates[-1]:
+      yield rates[-1] * rates[-1] / rates[-2]
+    elif best.server_learning_rate == rates[0]:
+      yield rates[0] * rates[0] / rates[1]
+    else:
+      return
 
 
 def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, phase: str,
@@ -160,7 +223,8 @@ def _row(mechanism: str, base: config_lib.TrainingConfig, chosen: float,
   accuracy_mean, accuracy_std = _mean_std([r.accuracy for r in runs])
   epsilons = [r.epsilon for r in runs]
   return {
-      "mechanism": mechanism, "private": base.is_private,
+      "mechanism": mechanism, "participation": base.participation,
+      "private": base.is_private,
       "noise_multiplier": base.noise_multiplier if base.is_private else None,
       "server_learning_rate": chosen,
       "grid": {_grid_key(r.server_learning_rate): r.metric for r in grid},
@@ -181,7 +245,9 @@ def markdown(output: Mapping[str, Any]) -> str:
   lines = [f"# {output['task']}: mechanisms at ε = {output['target_epsilon']:g}", "",
            output["description"], "",
            f"Each row: the server learning rate chosen on validation data from the "
-           f"mechanism's rate × {output['lr_factors']}, then {output['seeds']} seeds at that "
+           f"mechanism's rate × {output['lr_factors']} (extended past its edge while the "
+           "best rate lay on it; the `grid` of comparison.json lists every rate tried), then "
+           f"{output['seeds']} seeds at that "
            "rate on the evaluation data (mean ± std). ε: the largest realized over the "
            "seeds (an upper bound, from the participation actually realized).", "",
            f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |",

@@ -34,8 +34,6 @@ checkpointed, so no published result is ever recomputed with the same noise afte
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
 from typing import Any, Optional, TextIO
@@ -99,12 +97,7 @@ def build_mechanism(config: config_lib.TrainingConfig) -> Optional[catalog.Mecha
   return registry.mechanism(config.mechanism).load_or_build(config)
 
 
-def mechanism_digest(mechanism: Optional[catalog.Mechanism]) -> Optional[str]:
-  """SHA-256 of the mechanism's parameters (canonical JSON); None without a mechanism."""
-  if mechanism is None:
-    return None
-  text = json.dumps(mechanism.to_dict(), sort_keys=True, separators=(",", ":"))
-  return hashlib.sha256(text.encode("utf-8")).hexdigest()
+mechanism_digest = catalog.mechanism_digest
 
 
 def secret_seeds(config: config_lib.TrainingConfig) -> tuple[int, Optional[int]]:

@@ -32,6 +32,7 @@ from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import device_timer
 from dp_fl.participation import sampling
+from dp_fl.training import amplified
 from dp_fl.training import privacy as privacy_lib
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ MECHANISM_FILE = "mechanism.json"
 UNIFORM = "uniform"
 NUM_EXAMPLES = "num_examples"
 
-VARIABLE_COHORTS = ("poisson",)
-"""Participations whose cohort size is random (it may exceed m; DP-FTRL cannot account it)."""
+VARIABLE_COHORTS = ("poisson", "cyclic_poisson")
+"""Participations whose cohort size is random (it may exceed m)."""
 
 
 class MechanismEntry(abc.ABC):
@@ -64,10 +65,11 @@ class MechanismEntry(abc.ABC):
           "for non-private training.")
     if config.participation in self.refused_participations:
       raise ValueError(
-          f"`mechanism`={self.name!r} is DP-FTRL with a fixed denominator; Poisson sampling "
-          "gives variable cohorts and its privacy needs amplification accounting that "
-          "min-sep DP-FTRL does not use. Use "
-          "--mechanism=dpfedavg with Poisson, or a min-sep/device-timer participation.")
+          f"`mechanism`={self.name!r} is DP-FTRL; its correlated noise is accounted under "
+          "Poisson sampling only group by group: use --participation=cyclic_poisson (with "
+          "--mechanism=bandmf or dpsgd; --min_sep=1 is plain Poisson for dpsgd), "
+          "--participation=balls_in_bins (any C), --mechanism=dpfedavg with Poisson, or a "
+          "min-sep/device-timer participation.")
 
   def load_or_build(self, config: "config_lib.TrainingConfig"
                     ) -> Optional[catalog.Mechanism]:
@@ -101,14 +103,26 @@ _OPTIMIZED: dict[Any, catalog.Mechanism] = {}
 
 
 class DpFtrlEntry(MechanismEntry):
-  """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1)."""
+  """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1); under an
+  amplifying participation (`amplified.AMPLIFICATIONS`) its σ and ε are amplified ones."""
 
-  refused_participations = VARIABLE_COHORTS
+  refused_participations = ("poisson",)  # Its amplification is cyclic_poisson's (G = 1).
 
-  def __init__(self, name: str, description: str, optimize_for: str = "rms"):
+  def __init__(self, name: str, description: str, optimize_for: str = "rms",
+               banded: bool = False):
     self.name = name
     self.description = description
     self.optimize_for = optimize_for
+    self.banded = banded  # C is banded (cyclic Poisson's analysis applies).
+
+  def check_config(self, config):
+    super().check_config(config)
+    if (config.participation in amplified.BANDED_ONLY and not self.banded):
+      raise ValueError(
+          f"--participation={config.participation} needs a banded C (--mechanism="
+          f"{' or '.join(n for n, e in MECHANISMS.items() if getattr(e, 'banded', False))}"
+          f"); --mechanism={self.name}'s C is not banded. Use --participation=balls_in_bins "
+          "for any C.")
 
   def load_or_build(self, config):
     """Loaded from the run directory when resuming (so a resumed run uses exactly the same
@@ -140,7 +154,10 @@ class DpFtrlEntry(MechanismEntry):
         clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
 
   def accountant(self, config, mechanism, num_clients):
-    del num_clients
+    amplification = amplified.AMPLIFICATIONS.get(config.participation)
+    if amplification is not None:
+      amplification.check(config, mechanism, num_clients)
+      return amplification.accountant(config, mechanism, num_clients)
     return privacy_lib.MatrixMechanismAccountant(
         mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
         config.delta, scope=privacy_lib.release_scope(config, sampled=False))
@@ -148,10 +165,17 @@ class DpFtrlEntry(MechanismEntry):
   def calibrate(self, config, target_epsilon, num_clients=None):
     """σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
     max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
-    lower bound is known (never the lower bound)."""
+    lower bound is known (never the lower bound). Under an amplifying participation, the
+    amplified σ for the task's population `num_clients` (`amplified.py`)."""
     from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
-    del num_clients  # The sensitivity depends on the schedule only.
     mechanism = self.load_or_build(config)
+    amplification = amplified.AMPLIFICATIONS.get(config.participation)
+    if amplification is not None:
+      if num_clients is None:
+        raise ValueError(f"Calibrating σ under --participation={config.participation} needs "
+                         "the task's population (its analysis depends on it).")
+      amplification.check(config, mechanism, num_clients)
+      return amplification.calibrate(config, mechanism, num_clients, target_epsilon)
     k = config.max_participations  # None: as many as fit; sensitivity() caps k at ⌈n/b⌉.
     sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
     return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
@@ -249,9 +273,9 @@ def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> fl
 
 MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", optimize_for="max"),
-    DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])"),
+    DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
-    DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)"),
+    DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
     DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description, optimize_for="max"),
     DpFedAvgEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
@@ -298,7 +322,9 @@ PARTICIPATIONS: dict[str, SchedulerBuilder] = {
     "poisson": lambda c, n, s: sampling.PoissonScheduler(
         n, c.population_sampling_rate or c.clients_per_round / n, s),
     "balls_in_bins": lambda c, n, s: sampling.BallsInBinsScheduler(
-        n, max(1, n // c.clients_per_round), s, fixed_size=c.clients_per_round),
+        n, amplified.BallsInBins.num_bins(c, n), s, fixed_size=c.clients_per_round),
+    "cyclic_poisson": lambda c, n, s: sampling.CyclicPoissonScheduler(
+        n, c.min_sep, amplified.CyclicPoisson.sampling_probability(c, n), s),
     "uniform": lambda c, n, s: sampling.UniformScheduler(n, c.clients_per_round, s),
     "cyclic": lambda c, n, s: sampling.CyclicScheduler(n, c.clients_per_round, s),
 }

@@ -79,6 +79,35 @@ def test_toeplitz_gram_matches_dense(b, e, coefs):
                              atol=1e-11 * scale)
 
 
+@hypothesis.settings(derandomize=True, deadline=None, max_examples=40)
+@hypothesis.given(
+    b=st.integers(1, 9), e=st.integers(1, 5), cut=st.integers(0, 8),
+    coefs=st.lists(st.floats(1e-3, 3.0), min_size=1, max_size=50))
+def test_a_short_last_epoch_is_c_padded_with_zeros(b, e, cut, coefs):
+  """n rounds with b * (E - 1) < n < b * E: the pair of the n x n C padded with zero rows and
+  columns to b * E (the rounds never run release nothing), from both input forms."""
+  n = b * e - cut % b
+  full = np.zeros((b * e, b * e))
+  full[:n, :n] = _dense_toeplitz(np.asarray(coefs), n)
+  modes = _explicit_modes(full, b, e)
+  hypothesis.assume(np.any(modes != 0))
+  scale = max(1.0, np.abs(modes.T @ modes).max())
+  for kwargs in (dict(toeplitz_coefs=coefs), dict(matrix=full[:n, :n])):
+    pair = bib.dominating_pair(num_bins=b, num_epochs=e, rounds=n, **kwargs)
+    assert pair.num_rounds == n
+    np.testing.assert_allclose(pair.gram, modes.T @ modes, rtol=1e-11, atol=1e-11 * scale)
+    np.testing.assert_allclose(
+        bib.mode_means(num_bins=b, num_epochs=e, rounds=n, **kwargs), modes[:n],
+        rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rounds", [0, 8, 13])
+def test_rounds_outside_the_last_epoch_are_refused(rounds):
+  with pytest.raises(ValueError, match="rounds"):
+    bib.dominating_pair(num_bins=4, num_epochs=3, toeplitz_coefs=[1.0], rounds=rounds)
+  assert bib.epochs_for(9, 4) == 3 and bib.epochs_for(12, 4) == 3
+
+
 def test_dense_non_toeplitz_matrix_modes():
   rng = np.random.default_rng(3)
   c = np.tril(rng.uniform(0, 1, (12, 12)))

@@ -22,6 +22,7 @@ def _schedulers():
       "uniform": lambda: sampling.UniformScheduler(12, 2, seed=5),
       "balls_in_bins": lambda: sampling.BallsInBinsScheduler(12, 4, seed=5, fixed_size=2),
       "cyclic": lambda: sampling.CyclicScheduler(12, 2, seed=5, reshuffle_each_epoch=True),
+      "cyclic_poisson": lambda: sampling.CyclicPoissonScheduler(12, 3, 0.5, seed=5),
   }
 
 

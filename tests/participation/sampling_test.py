@@ -147,6 +147,52 @@ class TestBallsInBins:
       sampling.BallsInBinsScheduler(10, 2, seed=0, fixed_size=0)
 
 
+class TestCyclicPoisson:
+
+  def test_clients_only_in_their_groups_rounds_at_rate_q(self):
+    """Groups drawn once; round t samples group t mod G, each member w.p. q (independently):
+    per-client counts over R rounds ~ Binomial(⌈R/G⌉ turns, q); cohorts are subsets of the
+    round's group; the denominator is the expected cohort qN/G."""
+    n, groups, q, rounds = 3000, 5, 0.2, 500
+    scheduler = sampling.CyclicPoissonScheduler(n, groups, q, seed=11)
+    members = [set(scheduler.group_members(g).tolist()) for g in range(groups)]
+    assert sum(len(m) for m in members) == n and set().union(*members) == set(range(n))
+    counts = np.zeros(n, dtype=int)
+    for t, sel in enumerate(run(scheduler, rounds)):
+      assert set(sel.client_ids.tolist()) <= members[t % groups]
+      assert sel.denominator == pytest.approx(q * n / groups)
+      counts[sel.client_ids] += 1
+    turns = rounds // groups
+    assert chisquare_binned(counts, stats.binom.pmf(np.arange(turns + 1), turns, q),
+                            np.arange(turns + 1)) > P_MIN
+    realized = scheduler.realized()
+    assert realized.min_separation is None or realized.min_separation >= groups
+
+  def test_groups_are_uniform_and_one_group_is_poisson(self):
+    scheduler = sampling.CyclicPoissonScheduler(6000, 3, 0.1, seed=2)
+    group_sizes = [scheduler.group_members(g).size for g in range(3)]
+    assert stats.chisquare(group_sizes).pvalue > P_MIN
+    one = sampling.CyclicPoissonScheduler(50, 1, 0.3, seed=3)
+    assert one.group_members(0).tolist() == list(range(50))
+
+  def test_restore_continues_identically(self):
+    from dp_fl.participation import checkpoint  # pylint: disable=g-import-not-at-top
+    a = sampling.CyclicPoissonScheduler(40, 4, 0.5, seed=9)
+    run(a, 7)
+    b = checkpoint.restore_scheduler(a.to_bytes())
+    for sa, sb in zip(run(a, 9), run(b, 9)):
+      np.testing.assert_array_equal(sa.client_ids, sb.client_ids)
+
+  @pytest.mark.parametrize("kwargs, message", [(dict(num_groups=0), "num_groups"),
+                                               (dict(sampling_probability=1.5),
+                                                "sampling_probability")])
+  def test_bad_arguments(self, kwargs, message):
+    args = dict(num_clients=10, num_groups=2, sampling_probability=0.5, seed=0)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+      sampling.CyclicPoissonScheduler(**args)
+
+
 class TestUniformAndCyclic:
 
   def test_uniform_counts(self):

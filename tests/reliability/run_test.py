@@ -340,6 +340,7 @@ def test_compare_names_its_own_flags(tmp_path, capsys):
   for argv, named in ((["--seeds", "0"], "--seeds=0"),
                       (["--lr_factors", "1,fast"], "--lr_factors='1,fast'"),
                       (["--lr_factors", "0.5,-1"], "--lr_factors='0.5,-1'"),
+                      (["--max_grid_extensions", "-1"], "--max_grid_extensions=-1"),
                       (["--mechanism", "blt"], "--mechanisms")):
     assert compare.main(argv + ["--out_dir", str(tmp_path / "c")]) == exits.BAD_INPUT
     assert named in capsys.readouterr().err

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import blt
@@ -91,7 +92,7 @@ def test_balls_in_bins_sigma_is_released_only_after_verification():
   required = balls_in_bins.required_num_samples(r["delta_verify"], 1e-3)
   assert r["mc_samples"] == r["mc_samples_required"] == required
   assert 0 < r["verification_failure_probability_bound"] <= 1e-3  # Thm 2.1.
-  assert "Thm 2.1" in r["guarantee"] and "(2, 0.001)-DP" in r["guarantee"]
+  assert "Thm 2.1" in r["guarantee"] and "(ε = 2, δ = 0.001)-DP" in r["guarantee"]
   # The σ printed is the σ verified: recheck it on the verification seed.
   assert r["noise_multiplier"] >= r["calibration_noise_multiplier"]
   mechanism = catalog.build("dpsgd", rounds=16, min_sep=8, max_participations=2).mechanism
@@ -119,7 +120,7 @@ def test_balls_in_bins_seeds_fresh_by_default_reproducible_with_seed():
       d["verification_seed"], d["noise_multiplier"])
   assert any("--seed=7" in n for n in c["notes"])
   for seed in (0, 1, 2**64 + 3):
-    cal, ver = cli.accounting_seeds(seed)
+    cal, ver = amplification.accounting_seeds(seed)
     assert cal == seed and ver != cal
 
 
@@ -162,7 +163,7 @@ def test_balls_in_bins_bad_flags_are_clear_errors(flags, message):
 
 def test_released_sigma_is_rounded_up():
   for x in (1.2345649, 1.2345651, 7.379, 1e-7 / 3, 123456789.1, 0.1 + 0.2):
-    up = cli._round_up(x)
+    up = amplification.round_up(x)
     assert up >= x and float(f"{up:.6g}") == up
     assert up <= x * (1 + 1e-5)
 
@@ -229,3 +230,35 @@ def test_bad_input_is_a_clear_error(args, message):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+_CYCLIC = ["--sampling=cyclic_poisson", "--mechanism=bandmf", "--rounds=60", "--min_sep=6",
+           "--population=6000", "--clients_per_round=100", "--delta=1e-5"]
+
+
+def test_cyclic_poisson_epsilon_and_sigma_for_a_target():
+  out = _cli(*_CYCLIC, "--noise_multiplier=1.0", "--format=json")
+  assert out.returncode == 0, out.stderr
+  r = json.loads(out.stdout)
+  assert r["sampling_probability"] == pytest.approx(0.1) and r["compositions"] == 10
+  g = amplification.cyclic_poisson_epsilon(1.0, column_norm=r["column_norm"],
+                                           sampling_probability=0.1, num_groups=6,
+                                           rounds=60, delta=1e-5)
+  assert r["epsilon"] == pytest.approx(g.epsilon)
+  assert r["epsilon"] < r["epsilon_without_amplification"]
+  out = _cli(*_CYCLIC, "--target_epsilon=2", "--format=json")
+  assert out.returncode == 0, out.stderr
+  r = json.loads(out.stdout)
+  assert r["epsilon"] <= 2.0 and r["noise_multiplier"] > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--mechanism=blt", "--noise_multiplier=1"], "banded"),
+    (["--clients_per_round=2000", "--noise_multiplier=1"], "> 1"),
+    (["--noise_multiplier=1", "--target_epsilon=2"], "exactly one"),
+])
+def test_cyclic_poisson_bad_flags_are_clear_errors(flags, message):
+  out = _cli(*[f for f in _CYCLIC if not any(f.split("=")[0] == g.split("=")[0]
+                                             for g in flags)], *flags)
+  assert out.returncode == 2, out.stdout
+  assert message in out.stderr and "Traceback" not in out.stderr

@@ -39,7 +39,7 @@ def comparison(tmp_path_factory):
   with runtime.execution_context():
     output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
                              target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
-                             seeds=2, progress=lambda line: None)
+                             seeds=2, max_grid_extensions=0, progress=lambda line: None)
   return output, out_dir, evaluation, validation
 
 
@@ -111,11 +111,47 @@ def test_every_run_directory_has_its_figures(comparison):
     assert os.path.exists(os.path.join(run["root_dir"], "figures", "loss.png"))
 
 
+def _grid_search(score, rates, limit):
+  """The rates `compare` trains for a validation score `score(rate)`, in order."""
+  grid = [compare.RunRecord("m", "validation", r, 0, score(r), 0.0, None, 1, "completed", 0.0,
+                            "") for r in rates]
+  for rate in compare._edge_extensions(grid, limit):
+    grid.append(dataclasses.replace(grid[0], server_learning_rate=rate, metric=score(rate)))
+  return [r.server_learning_rate for r in grid], compare._best(grid).server_learning_rate
+
+
+@pytest.mark.parametrize("peak, expected_rates, expected_best", [
+    (1.0, [0.5, 1.0, 2.0], 1.0),                 # inside: no extension
+    (3.0, [0.5, 1.0, 2.0, 4.0, 8.0], 4.0),       # past the top: x2 (best, so an edge), x2
+    (100.0, [0.5, 1.0, 2.0, 4.0, 8.0], 8.0),     # far past the top: stops at the limit
+    (0.2, [0.5, 1.0, 2.0, 0.25, 0.125], 0.25),   # past the bottom: /2, /2
+    (0.01, [0.5, 1.0, 2.0, 0.25, 0.125], 0.125),
+    (1.3, [0.5, 1.0, 2.0], 1.0),                 # between 1 and 2, nearer 1: inside
+])
+def test_the_grid_is_extended_while_its_best_rate_lies_on_its_edge(peak, expected_rates,
+                                                                   expected_best):
+  def score(rate):
+    return -abs(np.log(rate / peak))
+  rates, best = _grid_search(score, [0.5, 1.0, 2.0], limit=2)
+  assert rates == pytest.approx(expected_rates)
+  assert best == pytest.approx(expected_best)
+
+
+def test_the_grid_is_not_extended_past_a_diverged_edge_or_without_a_limit():
+  # The largest rate diverged (NaN); the best finite one is inside: nothing to add.
+  rates, best = _grid_search(lambda r: float("nan") if r > 1.5 else r, [0.5, 1.0, 2.0], 2)
+  assert rates == [0.5, 1.0, 2.0] and best == 1.0
+  # Every rate diverged: no best to extend from.
+  assert _grid_search(lambda r: float("nan"), [0.5, 1.0], 2)[0] == [0.5, 1.0]
+  assert _grid_search(lambda r: r, [0.5, 1.0, 2.0], 0)[0] == [0.5, 1.0, 2.0]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(target_epsilon=0.0), "target_epsilon"),
     (dict(target_epsilon=float("inf")), "target_epsilon"),
     (dict(seeds=0), "seeds"),
     (dict(lr_factors=(1.0, -2.0)), "lr_factors"),
+    (dict(max_grid_extensions=-1), "max_grid_extensions"),
 ])
 def test_bad_arguments_are_refused_before_training(kwargs, message, tmp_path):
   args = dict(mechanisms=("clip",), target_epsilon=8.0, out_dir=str(tmp_path))
@@ -130,3 +166,28 @@ def test_a_task_without_validation_data_cannot_run_a_grid(tmp_path):
   with pytest.raises(ValueError, match="no validation data"):
     compare.compare(task, lambda m: None, mechanisms=("clip",), target_epsilon=8.0,
                     out_dir=str(tmp_path), lr_factors=(0.5, 1.0))
+
+
+def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path):
+  """--participations: one row per (mechanism, scheme), each calibrated to the same ε by its
+  own accounting (cyclic Poisson amplified, min-sep not), so the σ each needs is comparable;
+  the non-private reference appears once."""
+  task = toy_task.make_task(num_clients=16)
+
+  def config_for(mechanism):
+    return toy_program.toy_config(str(tmp_path / "unused"), 4, mechanism,
+                                  clients_per_round=2, server_momentum=0.0,
+                                  reproducible_noise_seed=5)
+
+  with runtime.execution_context():
+    output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                             target_epsilon=8.0, out_dir=str(tmp_path), lr_factors=(1.0,),
+                             seeds=1, participations=("min_sep_rounds", "cyclic_poisson"),
+                             progress=lambda line: None)
+  rows = {r["mechanism"]: r for r in output["rows"]}
+  assert set(rows) == {"clip@min_sep_rounds", "dpsgd@min_sep_rounds", "dpsgd@cyclic_poisson"}
+  minsep, cyclic = rows["dpsgd@min_sep_rounds"], rows["dpsgd@cyclic_poisson"]
+  assert cyclic["participation"] == "cyclic_poisson"
+  assert cyclic["noise_multiplier"] < minsep["noise_multiplier"]  # Amplification pays.
+  for row in (minsep, cyclic):
+    assert row["epsilon"] <= 8.0 * (1 + 1e-6)

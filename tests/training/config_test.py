@@ -37,7 +37,7 @@ def test_cooldown_schedule(tmp_path):
     (dict(server_momentum=1.0), "`server_momentum`"),
     (dict(cooldown_rounds=101), "exceeds `rounds`"),
     (dict(mechanism="dpfedavg"), "needs --participation=poisson"),
-    (dict(participation="poisson"), "Poisson sampling gives variable cohorts"),
+    (dict(participation="poisson"), "only group by group: use --participation=cyclic_poisson"),
     (dict(on_nonfinite="ignore"), "`on_nonfinite` must be one of"),
     (dict(jit_compile=True), "worker_binary, which has no XLA device"),
     (dict(server_optimizer="rmsprop"), "`server_optimizer` must be one of"),

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import json
 import os
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -40,6 +41,8 @@ class Audit:
   true_epsilon: float
   reported: dict[str, Any]       # privacy_report.json
   noise_seed: np.ndarray         # The aggregator's seed, from the state.
+  amplified_lower_bound: Optional[float] = None  # Amplified ε the truth is at least (cyclic)
+  amplified_delta_check: Optional[tuple[float, float]] = None  # (δ̂, s.e.) at the claimed ε
 
 
 def _noise_state(aggregator_state: Any) -> dict[str, Any]:
@@ -123,9 +126,60 @@ def audit_run(task, config) -> Audit:
       assert own <= true_sens * (1 + 1e-9) + 1e-12, (rows_, own, true_sens)
     true_eps = zcdp.matrix_mechanism_guarantee(true_sens, config.noise_multiplier,
                                                config.delta).epsilon
+  amplified_lower, delta_check = None, None
+  if reported.get("amplified_holds"):
+    amplified_lower, delta_check = _audit_amplified(config, mechanism, scheduler, patterns,
+                                                    rows, reported)
   return Audit(rows=rows, aggregator_rows=int(noise["round"]), min_sep=min_sep,
                max_participations=k, patterns=patterns, true_sensitivity=true_sens,
-               true_epsilon=true_eps, reported=reported, noise_seed=np.asarray(noise["seed"]))
+               true_epsilon=true_eps, reported=reported, noise_seed=np.asarray(noise["seed"]),
+               amplified_lower_bound=amplified_lower, amplified_delta_check=delta_check)
+
+
+def _online_c(mechanism: catalog.Mechanism, n: int) -> np.ndarray:
+  """The n x n lower-triangular C whose rows the aggregator's noise realizes."""
+  if isinstance(mechanism, catalog.TreeMechanism):
+    return tree.online_tree_matrix(n)
+  return dense_c(mechanism, n)
+
+
+def _audit_amplified(config, mechanism, scheduler, patterns, rows, reported):
+  """Checks the schedule is the analysed one and recomputes the amplified claim independently:
+  balls-in-bins: δ̂ at the claimed ε on a fresh Monte Carlo sample of the dominating pair of
+  Lemma 3.2 built from explicit column sums of C; cyclic Poisson: an optimistic PLD (a lower
+  bound on the truth) of the Poisson-subsampled Gaussian."""
+  from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
+  from dp_fl.accounting import balls_in_bins  # pylint: disable=g-import-not-at-top
+  assert scheduler.discarded_rounds == 0, "an amplified claim after discarded rounds"
+  c_planned = _online_c(mechanism, config.rounds)
+  if reported["scheme"] == "balls_in_bins":
+    b = scheduler.num_bins
+    for rows_ in patterns.values():  # Every client used its one bin only.
+      assert len({r % b for r in rows_}) <= 1, rows_
+    e = -(-config.rounds // b)
+    padded = np.zeros((config.rounds, b * e))
+    padded[:, :config.rounds] = c_planned
+    modes = np.stack([padded[:, i::b].sum(axis=1) for i in range(b)], axis=1)
+    pair = balls_in_bins.BallsInBinsPair(num_bins=b, num_epochs=e, gram=modes.T @ modes,
+                                         rounds=config.rounds)
+    with warnings.catch_warnings():  # Few tail samples: the 4-s.e. check allows for it.
+      warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
+      est = balls_in_bins.estimate_delta(pair, noise_multiplier=config.noise_multiplier,
+                                         epsilon=reported["epsilon_amplified"],
+                                         num_samples=2 ** 22, seed=20261123)
+    return None, (est.delta_hat, est.standard_error)
+  groups = scheduler.num_groups
+  for rows_ in patterns.values():  # Every client used its group's rounds only.
+    assert len({r % groups for r in rows_}) <= 1, rows_
+  bands = max(int(np.max(np.nonzero(c_planned[:, j])[0]) - j) + 1
+              for j in range(c_planned.shape[1]))
+  assert bands <= groups, (bands, groups)
+  z = config.noise_multiplier / float(np.max(np.linalg.norm(c_planned, axis=0)))
+  pld = privacy_loss_distribution.from_gaussian_mechanism(
+      standard_deviation=z, sampling_prob=scheduler.sampling_probability,
+      pessimistic_estimate=False, value_discretization_interval=1e-3)
+  optimistic = pld.self_compose(-(-rows // groups)).get_epsilon_for_delta(config.delta)
+  return float(optimistic), None
 
 
 def check_claim(audit: Audit) -> None:
@@ -133,6 +187,18 @@ def check_claim(audit: Audit) -> None:
   assert audit.rows == audit.aggregator_rows, (
       f"the ledger has {audit.rows} rows but the aggregator used {audit.aggregator_rows}")
   reported = audit.reported
+  if "unamplified" in reported:  # Two bounds; the unamplified one is audited as usual.
+    amplified = reported["epsilon_amplified"] if reported["amplified_holds"] else None
+    assert reported["epsilon"] == min(
+        [reported["unamplified"]["epsilon"]] + ([amplified] if amplified is not None else []))
+    if audit.amplified_lower_bound is not None:
+      assert amplified >= audit.amplified_lower_bound * (1 - 1e-9), (
+          f"amplified ε {amplified} < the optimistic PLD {audit.amplified_lower_bound}")
+    if audit.amplified_delta_check is not None:
+      delta_hat, se = audit.amplified_delta_check
+      assert delta_hat <= reported["delta"] + 4 * se, (
+          f"δ̂ {delta_hat} ± {se} at the amplified ε exceeds δ {reported['delta']}")
+    reported = dict(reported["unamplified"])
   if audit.true_sensitivity is None:  # DP-FedAvg: the sampled Gaussian over T rounds.
     assert reported["rounds"] == audit.aggregator_rows
   else:

@@ -21,6 +21,7 @@ import pytest
 from dp_fl import runtime
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import program
+from dp_fl.training import registry
 from tests.training import privacy_audit
 from tests.training import toy_program
 from tests.training import toy_task
@@ -30,7 +31,8 @@ _QUIET = open(os.devnull, "w", encoding="utf-8")  # pylint: disable=consider-usi
 
 MECHANISMS = ("blt", "bandmf", "tree", "dpsgd")
 PARTICIPATIONS = ("min_sep_rounds", "device_timer", "uniform", "cyclic", "balls_in_bins")
-CASES = [(m, p) for m in MECHANISMS for p in PARTICIPATIONS] + [("dpfedavg", "poisson")]
+CASES = ([(m, p) for m in MECHANISMS for p in PARTICIPATIONS] + [("dpfedavg", "poisson")]
+         + [("bandmf", "cyclic_poisson"), ("dpsgd", "cyclic_poisson")])
 NUM_CLIENTS = 6
 ROUNDS = 12
 POISONED = ("client_002",)  # Its local training diverges: a round with only it is discarded.
@@ -74,9 +76,11 @@ def _train_and_audit(root, mechanism, participation, poisoned=(), **overrides):
 # One participation scheme per mechanism for the plain and the SIGKILL runs (each scheme
 # appears once in both, in other pairings); the discard runs cover the whole grid.
 DIAGONAL = [("blt", "device_timer"), ("bandmf", "uniform"), ("tree", "min_sep_rounds"),
-            ("dpsgd", "balls_in_bins"), ("dpfedavg", "poisson")]
+            ("dpsgd", "balls_in_bins"), ("dpfedavg", "poisson"), ("bandmf", "cyclic_poisson"),
+            ("tree", "balls_in_bins")]
 ANTI_DIAGONAL = [("blt", "cyclic"), ("bandmf", "min_sep_rounds"), ("tree", "uniform"),
-                 ("dpsgd", "device_timer"), ("dpfedavg", "poisson")]
+                 ("dpsgd", "device_timer"), ("dpfedavg", "poisson"), ("blt", "balls_in_bins"),
+                 ("dpsgd", "cyclic_poisson")]
 
 
 @pytest.mark.parametrize("mechanism,participation", DIAGONAL)
@@ -93,7 +97,7 @@ def test_reported_epsilon_bounds_the_truth_with_discarded_rounds(tmp_path, mecha
   result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED)
   with open(os.path.join(tmp_path, "summary.json"), encoding="utf-8") as f:
     summary = json.load(f)
-  if participation != "poisson":
+  if participation not in registry.VARIABLE_COHORTS:
     # Alone in its cohort, the poisoned client's rounds are all discarded: it never
     # contributes a row, and its discards leave no trace. (Under Poisson sampling it may
     # share a cohort; TFF then zeroes its update and the round is applied.)

@@ -51,7 +51,8 @@ def test_unknown_names_fail_with_the_known_ones():
 @pytest.mark.parametrize("name,kind", [
     ("device_timer", "DeviceTimerScheduler"), ("min_sep_rounds", "DeviceTimerScheduler"),
     ("poisson", "PoissonScheduler"), ("balls_in_bins", "BallsInBinsScheduler"),
-    ("uniform", "UniformScheduler"), ("cyclic", "CyclicScheduler")])
+    ("uniform", "UniformScheduler"), ("cyclic", "CyclicScheduler"),
+    ("cyclic_poisson", "CyclicPoissonScheduler")])
 def test_each_participation_builds_its_scheduler(tmp_path, name, kind):
   mechanism = "dpfedavg" if name == "poisson" else "dpsgd"
   config = _config(tmp_path, participation=name, mechanism=mechanism, timer_hours=2.0,
@@ -66,7 +67,7 @@ def test_weighting_privacy_and_participation_rules(tmp_path):
                                                     "clip")} == {registry.UNIFORM}
   with pytest.raises(ValueError, match="needs --participation=poisson"):
     _config(tmp_path, mechanism="dpfedavg", participation="uniform")
-  with pytest.raises(ValueError, match="fixed denominator"):
+  with pytest.raises(ValueError, match="--participation=cyclic_poisson"):
     _config(tmp_path, mechanism="blt", participation="poisson")
   with pytest.raises(ValueError, match="σ = 0 gives no privacy.*--mechanism=none or "
                                        "--mechanism=clip"):
@@ -165,3 +166,25 @@ def test_clip_under_poisson_divides_by_the_expected_cohort(tmp_path):
   update = _aggregate(registry.mechanism("clip").aggregator(config, None, 40),
                       [[0.5, 0.0, 0.0]])
   np.testing.assert_allclose(update, [0.05, 0.0, 0.0], rtol=1e-6)
+
+
+def test_amplifying_participations_check_the_mechanism_and_the_population(tmp_path):
+  """cyclic_poisson needs a C with at most min_sep bands and q = m·G/N <= 1; balls-in-bins
+  needs a square C (not TreeAgg-Full's)."""
+  from dp_fl.training import amplified  # pylint: disable=g-import-not-at-top
+  cyclic = amplified.AMPLIFICATIONS["cyclic_poisson"]
+  with pytest.raises(ValueError, match="needs a banded C"):  # In the configuration already.
+    _config(tmp_path, mechanism="blt", participation="cyclic_poisson", min_sep=4)
+  config = _config(tmp_path, mechanism="blt", participation="balls_in_bins", min_sep=4)
+  with pytest.raises(ValueError, match="needs a banded C"):
+    cyclic.check(config, registry.mechanism("blt").load_or_build(config), 100)
+  config = _config(tmp_path, mechanism="bandmf", participation="cyclic_poisson", min_sep=4,
+                   bandmf_bands=6)
+  with pytest.raises(ValueError, match="at most 4 bands"):
+    cyclic.check(config, registry.mechanism("bandmf").load_or_build(config), 100)
+  config = _config(tmp_path, mechanism="dpsgd", participation="cyclic_poisson", min_sep=4)
+  with pytest.raises(ValueError, match="q = m·G/N"):
+    registry.scheduler(config, config.clients_per_round * 3, seed=1)
+  scheduler = registry.scheduler(config, 400, seed=1)
+  assert scheduler.num_groups == 4
+  assert scheduler.expected_cohort_size == pytest.approx(config.clients_per_round)

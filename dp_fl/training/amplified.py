@@ -1,0 +1,369 @@
+"""Amplified accounting of DP-FTRL runs: `--participation=balls_in_bins` and `cyclic_poisson`.
+
+The registry (`registry.DpFtrlEntry`) hands σ calibration and the run's accountant to the
+`Amplification` of the run's participation, when it has one:
+
+* `BallsInBins` (paper 003): b = ⌊N / m⌋ bins (N clients, m per round, so a bin holds about
+  m clients; the scheduler pads or truncates it to exactly m, Sec. 5.2.1), E = ⌈n / b⌉
+  epochs. σ for a target ε, or ε for a given σ, by Monte Carlo on the dominating pair of the
+  run's C (Lemma 3.2), released by Estimate-Verify-Release (Alg. 1-2) at
+  δ_verify = δ / 2 with the sample size Thm 2.1 needs.
+* `CyclicPoisson` (Choquette-Choo et al. 2023): G = `--min_sep` groups, rate q = mG / N in
+  the round's group; for C with at most G bands (BandMF with bands <= min_sep; DP-SGD) ε is
+  ⌈n / G⌉ compositions of the Poisson-subsampled Gaussian (PLD, RDP).
+
+The expensive result (the Monte Carlo release) is cached in the run directory
+(`amplification.json`, written once the run's configuration was validated) so a resumed run
+reuses it bit for bit; calibration before a run writes nothing and keeps its release in
+memory for the run that follows.
+
+Every run's report carries both the amplified ε and the unamplified ε of the realized
+participation (`privacy.MatrixMechanismAccountant`), and reports the smaller of those that
+hold: the amplified one is dropped (and the report says why) when its verification failed,
+or when a discarded round shifted the bins or groups away from the analysed schedule.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from typing import TYPE_CHECKING, Any, Optional
+
+from dp_fl import files
+from dp_fl.accounting import amplification
+from dp_fl.accounting import balls_in_bins
+from dp_fl.accounting import report as report_lib
+from dp_fl.mechanisms import catalog
+from dp_fl.training import privacy as privacy_lib
+
+if TYPE_CHECKING:
+  from dp_fl.training import config as config_lib
+
+AMPLIFICATION_FILE = "amplification.json"
+
+# Monte Carlo releases computed in this process and not yet written to a run directory, by
+# their settings: `--calibrate_epsilon` runs before the run directory is validated.
+_RELEASED: dict[tuple, amplification.MonteCarloRelease] = {}
+
+
+def _assumption_caveat(config: "config_lib.TrainingConfig") -> tuple[str, ...]:
+  if config.noise_seed_is_public:
+    return ("the amplified ε assumes the sampling is secret, but it derives from "
+            f"reproducible_noise_seed={config.reproducible_noise_seed} (config.json): against "
+            "anyone who knows it no amplification holds.",)
+  return ()
+
+
+class Amplification(abc.ABC):
+  """How one participation scheme amplifies DP-FTRL: calibration, accountant, checks."""
+
+  name: str = ""
+
+  def check(self, config: "config_lib.TrainingConfig", mechanism: catalog.Mechanism,
+            num_clients: int) -> None:
+    """Raises ValueError when the scheme's analysis does not apply to this run."""
+    del config, mechanism, num_clients
+
+  @abc.abstractmethod
+  def calibrate(self, config: "config_lib.TrainingConfig", mechanism: catalog.Mechanism,
+                num_clients: int, target_epsilon: float) -> float:
+    """σ for which the planned run reaches `target_epsilon` at δ with amplification."""
+
+  @abc.abstractmethod
+  def accountant(self, config: "config_lib.TrainingConfig", mechanism: catalog.Mechanism,
+                 num_clients: int) -> privacy_lib.Accountant:
+    """The run's accountant (amplified and unamplified ε; see the module doc)."""
+
+
+def _unamplified(config, mechanism) -> privacy_lib.MatrixMechanismAccountant:
+  return privacy_lib.MatrixMechanismAccountant(
+      mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
+      config.delta, scope=privacy_lib.release_scope(config, sampled=True))
+
+
+class AmplifiedAccountant(privacy_lib.Accountant):
+  """ε of a run under an amplifying scheme: the smaller of the bounds that hold."""
+
+  def __init__(self, scheme: str, config, mechanism, amplified_epsilon, details: dict,
+               method: str, assumption: str, verified: bool = True,
+               not_verified: str = ""):
+    """Args: amplified_epsilon(rounds) -> ε amplified for the first `rounds` rounds."""
+    self._scheme = scheme
+    self._unamplified = _unamplified(config, mechanism)
+    self._amplified_epsilon = amplified_epsilon
+    self._details = details
+    self._method = method
+    self._assumption = assumption
+    self._verified = verified
+    self._not_verified = not_verified
+    self._mechanism = mechanism
+    self._sigma = config.noise_multiplier
+    self._delta = config.delta
+    self._caveats = _assumption_caveat(config)
+
+  def _amplified(self, realized) -> tuple[Optional[float], str]:
+    """(the amplified ε if it holds else None, why not)."""
+    if not self._verified:
+      return None, self._not_verified
+    if realized.discarded_draws:
+      return None, (f"{realized.discarded_draws} discarded round(s) shifted the later rounds' "
+                    f"{self._scheme} schedule away from the one analysed")
+    return self._amplified_epsilon(realized.num_rounds), ""
+
+  def report(self, realized):
+    base = self._unamplified.report(realized)
+    if base is None:
+      return None
+    amplified, why_not = self._amplified(realized)
+    holds = amplified is not None
+    epsilon = min(base.epsilon, amplified) if holds else base.epsilon
+    notes = ()
+    if holds and amplified >= base.epsilon:
+      notes = ("Amplification does not help here: the unamplified bound is at least as "
+               "small, and is the one reported.",)
+    return report_lib.AmplifiedPrivacyReport(
+        scheme=self._scheme, mechanism=self._mechanism.name,
+        noise_multiplier=self._sigma, delta=self._delta, epsilon=epsilon,
+        epsilon_amplified=amplified, amplified_holds=holds, why_not_amplified=why_not,
+        amplified_method=self._method, sampling_assumption=self._assumption,
+        amplified=dict(self._details), unamplified=base, notes=notes,
+        scope=base.scope, caveats=base.caveats + self._caveats)
+
+  def epsilon(self, realized):
+    report = self.report(realized)
+    return 0.0 if report is None else report.epsilon
+
+
+# ---------------------------------------------------------------------------------------
+# Balls-in-bins (paper 003).
+
+
+class BallsInBins(Amplification):
+  """Balls-in-bins batching with Monte Carlo accounting (paper 003, Alg. 1-2)."""
+
+  name = "balls_in_bins"
+
+  @staticmethod
+  def num_bins(config, num_clients: int) -> int:
+    """b = ⌊N / m⌋ (at least 1): bins of about m clients, padded or truncated to m."""
+    return max(1, num_clients // config.clients_per_round)
+
+  def pair(self, config, mechanism, num_clients) -> balls_in_bins.BallsInBinsPair:
+    b = self.num_bins(config, num_clients)
+    n = config.rounds
+    return balls_in_bins.dominating_pair(
+        num_bins=b, num_epochs=balls_in_bins.epochs_for(n, b), rounds=n,
+        **mechanism.lower_triangular_input(n))
+
+  def check(self, config, mechanism, num_clients):
+    mechanism.lower_triangular_input(1)  # Raises for a C Lemma 3.2 does not cover.
+
+  @staticmethod
+  def _key(config, mechanism, num_clients, solved_for, value) -> tuple:
+    return (BallsInBins.num_bins(config, num_clients), config.rounds, config.delta,
+            catalog.mechanism_digest(mechanism), solved_for, float(value))
+
+  @staticmethod
+  def _seed(config) -> Optional[int]:
+    # Research runs: reproducible; private runs: OS entropy (amplification.accounting_seeds).
+    return (None if config.reproducible_noise_seed is None
+            else config.reproducible_noise_seed + 7919)
+
+  @staticmethod
+  def _saved(config) -> Optional[tuple[tuple, amplification.MonteCarloRelease]]:
+    """(key, release) saved in the run directory, or None."""
+    path = os.path.join(config.root_dir, AMPLIFICATION_FILE)
+    if not os.path.exists(path):
+      return None
+    try:
+      with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+      return tuple(saved["key"]), amplification.MonteCarloRelease.from_dict(saved["release"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      raise ValueError(
+          f"{path} is not a readable balls-in-bins release ({e}); it is this run directory's "
+          "privacy accounting. Restore it, or start a new run in another --root_dir.") from e
+
+  def calibrate(self, config, mechanism, num_clients, target_epsilon):
+    key = self._key(config, mechanism, num_clients, "noise_multiplier", target_epsilon)
+    saved = self._saved(config)
+    release = (saved[1] if saved is not None and saved[0] == _jsonable(key)
+               else _RELEASED.get(key))
+    if release is None:
+      release = amplification.release_noise_multiplier(
+          self.pair(config, mechanism, num_clients), epsilon=target_epsilon,
+          delta=config.delta, seed=self._seed(config),
+          verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+      _RELEASED.clear()
+      _RELEASED[key] = release
+    if not release.verified:  # ⊥: fall back on the σ that needs no amplification.
+      return amplification.round_up(release.noise_multiplier_without_amplification)
+    return release.noise_multiplier
+
+  def _release_for_run(self, config, mechanism, num_clients
+                       ) -> tuple[tuple, amplification.MonteCarloRelease]:
+    """The release for the run's σ: saved in the run directory (a resumed run), else that of
+    this process's calibration when it gave this σ, else computed for σ (ε by Monte Carlo)."""
+    settings = _jsonable(self._key(config, mechanism, num_clients, "", 0))[:4]
+    saved = self._saved(config)
+    if saved is not None:
+      key, release = saved
+      if key[:4] != settings or release.noise_multiplier != config.noise_multiplier:
+        raise ValueError(
+            f"{os.path.join(config.root_dir, AMPLIFICATION_FILE)} holds the balls-in-bins "
+            f"release of other settings (σ {release.noise_multiplier}, key {list(key)}) than "
+            f"this run's (σ {config.noise_multiplier}, {list(settings)}). Resume with the "
+            "run's own settings, or start a new run in another --root_dir.")
+      return key, release
+    for key, release in _RELEASED.items():
+      if (_jsonable(key)[:4] == settings and release.verified
+          and release.noise_multiplier == config.noise_multiplier):
+        return key, release
+    key = self._key(config, mechanism, num_clients, "epsilon", config.noise_multiplier)
+    release = amplification.release_epsilon(
+        self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
+        delta=config.delta, seed=self._seed(config),
+        verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+    return key, release
+
+  def accountant(self, config, mechanism, num_clients):
+    key, release = self._release_for_run(config, mechanism, num_clients)
+    save_release(config.root_dir, key, release)
+    b = release.num_bins
+    assumption = (
+        f"each client was put into one of b = {b} bins uniformly at random, once, secretly; "
+        f"round t used bin t mod {b} ({release.rounds} rounds = {release.num_epochs} "
+        f"epoch(s); bins padded or truncated to {config.clients_per_round} clients, paper "
+        "003 Sec. 5.2.1). The guarantee holds for a production system only if it batches "
+        "the same way, with randomness nobody else knows.")
+    details = {
+        "bins": b, "epochs": release.num_epochs, "rounds_analysed": release.rounds,
+        "monte_carlo_samples": release.num_samples,
+        "delta_verify": release.delta_verify,
+        "verification_delta_hat": release.verification_delta_hat,
+        "verification_delta_standard_error": release.verification_delta_standard_error,
+        "failure_probability": release.failure_probability,
+        "solved_for": release.solved_for, "verified": release.verified,
+        "cached_in": AMPLIFICATION_FILE,
+    }
+    method = (f"Monte Carlo on the dominating pair (paper 003, Lemma 3.2), Estimate-Verify-"
+              f"Release at {release.num_samples} samples, failure probability <= "
+              f"{release.failure_probability:.2g} inside δ")
+    # The release covers the planned rounds; a prefix releases less (post-processing).
+    return AmplifiedAccountant(
+        self.name, config, mechanism, lambda rounds: release.epsilon, details, method,
+        assumption, verified=release.verified,
+        not_verified=("Estimate-Verify-Release returned ⊥ (the verification sample's δ̂ "
+                      f"{release.verification_delta_hat:.3g} exceeded δ_verify "
+                      f"{release.delta_verify:.3g})"))
+
+
+def _jsonable(key: tuple) -> tuple:
+  return tuple(json.loads(json.dumps(list(key))))
+
+
+def save_release(root_dir: str, key: tuple, release: amplification.MonteCarloRelease
+                 ) -> None:
+  """Writes `amplification.json` (the run's Monte Carlo release) if it is not there yet."""
+  path = os.path.join(root_dir, AMPLIFICATION_FILE)
+  if os.path.exists(path):
+    return
+  files.atomic_write_json(path, {"key": list(key), "release": release.to_dict()}, indent=1)
+
+
+# ---------------------------------------------------------------------------------------
+# Cyclic Poisson (banded C).
+
+
+class CyclicPoisson(Amplification):
+  """Cyclic Poisson sampling of a banded C (Choquette-Choo et al. 2023)."""
+
+  name = "cyclic_poisson"
+
+  @staticmethod
+  def sampling_probability(config, num_clients: int) -> float:
+    """q = m G / N: the expected cohort of a group of N / G clients is m."""
+    q = config.clients_per_round * config.min_sep / num_clients
+    if q > 1.0:
+      raise ValueError(
+          f"--participation=cyclic_poisson samples each of --min_sep={config.min_sep} groups "
+          f"of about {num_clients / config.min_sep:.0f} clients with probability q = m·G/N "
+          f"= {config.clients_per_round}·{config.min_sep}/{num_clients} = {q:.3g} > 1. Lower "
+          "--clients_per_round or --min_sep, or use more clients.")
+    return q
+
+  @staticmethod
+  def bands(mechanism) -> int:
+    """Bands of C: 1 for DP-SGD, BandMF's b; refused for the others (not banded)."""
+    if isinstance(mechanism, catalog.DpSgdMechanism):
+      return 1
+    if isinstance(mechanism, catalog.BandedMechanism):
+      return mechanism.banded.bands
+    raise ValueError(
+        f"--participation=cyclic_poisson needs a banded C (--mechanism=bandmf or dpsgd): its "
+        f"analysis needs the rounds of one client to touch disjoint rows of C, which the "
+        f"{mechanism.name} mechanism's C does not give. Use --participation=balls_in_bins "
+        "for any C.")
+
+  def check(self, config, mechanism, num_clients):
+    bands = self.bands(mechanism)
+    if bands > config.min_sep:
+      raise ValueError(
+          f"--participation=cyclic_poisson with --min_sep={config.min_sep} groups needs C "
+          f"with at most {config.min_sep} bands; the {mechanism.name} mechanism has {bands}. "
+          "Set --bandmf_bands <= --min_sep (or raise --min_sep).")
+    self.sampling_probability(config, num_clients)
+
+  def _args(self, config, mechanism, num_clients, rounds=None) -> dict[str, Any]:
+    n = config.rounds if rounds is None else rounds
+    column_norm = mechanism.sensitivity(config.rounds, config.rounds, 1).guaranteed
+    return dict(column_norm=column_norm,
+                sampling_probability=self.sampling_probability(config, num_clients),
+                num_groups=config.min_sep, rounds=n, delta=config.delta)
+
+  def calibrate(self, config, mechanism, num_clients, target_epsilon):
+    self.check(config, mechanism, num_clients)
+    return amplification.cyclic_poisson_noise_multiplier(
+        target_epsilon, accountant="pld", **self._args(config, mechanism, num_clients))
+
+  def accountant(self, config, mechanism, num_clients):
+    self.check(config, mechanism, num_clients)
+    planned = amplification.cyclic_poisson_epsilon(
+        config.noise_multiplier, **self._args(config, mechanism, num_clients))
+    details = planned.to_dict()
+    details.pop("epsilon")  # That of the planned rounds; the report's is for those run.
+    assumption = (
+        f"each client was put into one of G = {config.min_sep} groups uniformly at random, "
+        f"once, secretly; round t sampled each member of group t mod G independently with "
+        f"probability q = {planned.sampling_probability:.4g}; C has at most G bands, so one "
+        "client's rounds touch disjoint rows of C. The guarantee holds for a production "
+        "system only if it samples the same way, with randomness nobody else knows.")
+    method = (f"⌈n/G⌉ compositions of the Poisson-subsampled Gaussian with noise multiplier "
+              f"σ / {planned.column_norm:.4g} (max column norm), PLD and RDP (dp_accounting)")
+
+    def epsilon_for(rounds: int) -> float:
+      return amplification.cyclic_poisson_epsilon(
+          config.noise_multiplier,
+          **self._args(config, mechanism, num_clients, rounds)).epsilon
+
+    return AmplifiedAccountant(self.name, config, mechanism, _memo(epsilon_for), details,
+                               method, assumption)
+
+
+def _memo(fn):
+  cache: dict[int, float] = {}
+
+  def wrapped(rounds: int) -> float:
+    if rounds not in cache:
+      cache[rounds] = fn(rounds)
+    return cache[rounds]
+  return wrapped
+
+
+BANDED_ONLY = (CyclicPoisson.name,)
+"""Participations whose analysis needs a banded C (checked by name in the configuration)."""
+
+AMPLIFICATIONS: dict[str, Amplification] = {a.name: a for a in (BallsInBins(),
+                                                                CyclicPoisson())}
+"""The participations whose sampling amplifies DP-FTRL, by `--participation` name."""

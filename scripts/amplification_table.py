@@ -1,0 +1,201 @@
+"""The noise each (mechanism × participation) needs at one ε: min-sep, balls-in-bins, cyclic Poisson.
+
+For n rounds in E epochs (a client takes part once per epoch on average) and each target ε at
+δ, the σ each scheme needs and the RMSE it gives (σ·√mean_t ||B[t]||², the prefix-sum error
+per round for unit clip norm, comparable across mechanisms):
+
+* min_sep — fixed participation: every client at most E times, ≥ n/E rounds apart (paper 004,
+  Sec. 3.1; exact sensitivity, exact Gaussian (ε, δ));
+* balls_in_bins — b = n/E bins (paper 003): σ by Alg. 2 on `--mc_samples` samples, with its
+  Monte Carlo standard error (an estimate for planning; a training run releases σ only after
+  Estimate-Verify-Release, `dp_fl.training.amplified`);
+* cyclic_poisson — banded C only (BandMF with G bands, DP-SGD with G = 1): G groups, rate
+  q = E·G/n, ⌈n/G⌉ compositions of the Poisson-subsampled Gaussian (PLD).
+
+Settings: `stackoverflow` (paper 004 Table 3: n = 2052, E = 6; BLT and BandMF) and
+`paper003_fig2` (paper 003 Fig. 2: n = 2048, E = 16; DP-SGD and 64-band BandMF, the RMSE
+improvement of each amplification over no amplification). Writes table.json, table.md and
+table.png in --out_dir; prints the Markdown (or JSON with --format json).
+
+  .venv/bin/python -m scripts.amplification_table --setting stackoverflow --out_dir /tmp/amp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from dp_fl import exits
+from dp_fl import files
+from dp_fl.accounting import amplification
+from dp_fl.accounting import balls_in_bins
+from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import catalog
+from dp_fl.training import figures
+
+SETTINGS = {
+    "stackoverflow": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
+                          mechanisms=(("blt", None), ("bandmf", None)),
+                          cyclic_bands=(4, 16, 64)),
+    "paper003_fig2": dict(rounds=2048, epochs=16, delta=1e-5, epsilons=(1.0, 2.0, 4.0, 8.0),
+                          mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=()),
+}
+SCHEMES = ("min_sep", "balls_in_bins", "cyclic_poisson")
+
+
+def _rmse(mechanism: catalog.Mechanism, rounds: int, sigma: float) -> float:
+  return float(sigma * math.sqrt(np.mean(mechanism.per_query_squared_error(rounds))))
+
+
+def _build(name: str, rounds: int, min_sep: int, epochs: int, bands: Optional[int]):
+  return catalog.build(name, rounds=rounds, min_sep=min_sep, max_participations=epochs,
+                       bands=bands).mechanism
+
+
+def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta: float,
+             epsilons: Sequence[float], cyclic_bands: Sequence[int], mc_samples: int,
+             seed: int) -> list[dict[str, Any]]:
+  """The rows of one mechanism: each scheme at each ε (see the module doc)."""
+  bins = rounds // epochs
+  mechanism = _build(name, rounds, bins, epochs, bands)
+  label = name if bands is None else f"{name} ({bands} bands)"
+  sens = mechanism.sensitivity(rounds, bins, epochs).guaranteed
+  pair = balls_in_bins.dominating_pair(num_bins=bins, num_epochs=epochs, rounds=rounds,
+                                       **mechanism.lower_triangular_input(rounds))
+  rows = []
+  for eps in epsilons:
+    sigma = zcdp.noise_multiplier_for_epsilon(sens, eps, delta)
+    rows.append(dict(mechanism=label, scheme="min_sep", epsilon=eps, delta=delta,
+                     noise_multiplier=sigma, noise_multiplier_standard_error=0.0,
+                     rmse=_rmse(mechanism, rounds, sigma), note=f"sensitivity {sens:.4g}"))
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
+      cal = balls_in_bins.calibrate_noise_multiplier(pair, epsilon=eps, delta=delta,
+                                                     num_samples=mc_samples, seed=seed)
+    rows.append(dict(mechanism=label, scheme="balls_in_bins", epsilon=eps, delta=delta,
+                     noise_multiplier=cal.noise_multiplier,
+                     noise_multiplier_standard_error=cal.noise_multiplier_standard_error,
+                     rmse=_rmse(mechanism, rounds, cal.noise_multiplier),
+                     note=f"{bins} bins; Alg. 2 on {mc_samples} samples "
+                          f"({time.perf_counter() - started:.0f} s)"))
+  cyclic = [(1, _build("dpsgd", rounds, 1, None, None), "dpsgd")] if name == "dpsgd" else []
+  if name == "bandmf":
+    cyclic = [(b, _build("bandmf", rounds, b, None, b), f"bandmf ({b} bands)")
+              for b in sorted(set(cyclic_bands) | ({bands} if bands else set()))]
+  for groups, banded, banded_label in cyclic:
+    q = epochs * groups / rounds
+    if q > 1.0:
+      continue
+    norm = banded.sensitivity(rounds, rounds, 1).guaranteed
+    for eps in epsilons:
+      sigma = amplification.cyclic_poisson_noise_multiplier(
+          eps, column_norm=norm, sampling_probability=q, num_groups=groups, rounds=rounds,
+          delta=delta, accountant="pld")
+      rows.append(dict(mechanism=banded_label, scheme="cyclic_poisson", epsilon=eps,
+                       delta=delta, noise_multiplier=sigma,
+                       noise_multiplier_standard_error=0.0,
+                       rmse=_rmse(banded, rounds, sigma),
+                       note=f"{groups} groups, q = {q:.4g}, {-(-rounds // groups)} "
+                            "compositions (PLD)"))
+  for r in rows:
+    r["family"] = name
+  return rows
+
+
+def table(setting: str, mc_samples: int, seed: int) -> dict[str, Any]:
+  spec = SETTINGS[setting]
+  rows = []
+  for name, bands in spec["mechanisms"]:
+    rows += rows_for(name, bands, rounds=spec["rounds"], epochs=spec["epochs"],
+                     delta=spec["delta"], epsilons=spec["epsilons"],
+                     cyclic_bands=spec["cyclic_bands"], mc_samples=mc_samples, seed=seed)
+  baseline = {(r["family"], r["epsilon"]): r["rmse"] for r in rows
+              if r["scheme"] == "min_sep"}
+  for r in rows:  # RMSE improvement over the family's min-sep row (paper 003 Fig. 2)
+    base = baseline.get((r["family"], r["epsilon"]))
+    r["rmse_improvement_percent"] = (None if base is None or r["scheme"] == "min_sep"
+                                     else 100.0 * (1.0 - r["rmse"] / base))
+  return {"setting": setting, **{k: v for k, v in spec.items() if k != "mechanisms"},
+          "mc_samples": mc_samples, "seed": seed, "rows": rows}
+
+
+def markdown(output: dict[str, Any]) -> str:
+  lines = [f"# σ at one ε: {output['setting']} (n = {output['rounds']}, E = "
+           f"{output['epochs']}, δ = {output['delta']:g})", "",
+           "| mechanism | participation | ε | σ | RMSE | RMSE vs the min-sep row | how |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in output["rows"]:
+    se = (f" ± {r['noise_multiplier_standard_error']:.2g}"
+          if r["noise_multiplier_standard_error"] else "")
+    gain = ("—" if r["rmse_improvement_percent"] is None
+            else f"{-r['rmse_improvement_percent']:+.1f}%")
+    lines.append(f"| {r['mechanism']} | {r['scheme']} | {r['epsilon']:g} | "
+                 f"{r['noise_multiplier']:.4g}{se} | {r['rmse']:.4g} | {gain} | {r['note']} |")
+  return "\n".join(lines) + "\n"
+
+
+def figure(output: dict[str, Any]) -> Any:
+  """RMSE vs ε per (mechanism, participation), log-log."""
+  fig, ax = figures.new_figure(7.0, 4.4)
+  series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+  for r in output["rows"]:
+    series.setdefault((r["mechanism"], r["scheme"]), []).append((r["epsilon"], r["rmse"]))
+  styles = {"min_sep": "-", "balls_in_bins": "--", "cyclic_poisson": ":"}
+  for (mechanism, scheme), points in series.items():
+    xs, ys = zip(*sorted(points))
+    ax.plot(xs, ys, styles[scheme], marker="o", label=f"{mechanism}, {scheme}")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xlabel("ε")
+  ax.set_ylabel("RMSE of the prefix sums (σ·‖B‖, unit clip)")
+  ax.set_title(f"{output['setting']}: noise each participation needs "
+               f"(n = {output['rounds']}, E = {output['epochs']}, δ = {output['delta']:g})",
+               fontsize=9)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7)
+  return fig
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--setting", choices=sorted(SETTINGS), default="stackoverflow")
+  parser.add_argument("--mc_samples", type=int, default=2 ** 20,
+                      help="Monte Carlo samples of the balls-in-bins calibration")
+  parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sample")
+  parser.add_argument("--out_dir", default=None,
+                      help="write table.json, table.md and table.png here")
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  exits.add_debug_flag(parser)
+  return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = parse_args(argv)
+
+  def body() -> int:
+    if args.mc_samples < 1024:
+      raise ValueError(f"--mc_samples={args.mc_samples} is too small; use e.g. 1048576.")
+    output = table(args.setting, args.mc_samples, args.seed)
+    if args.out_dir:
+      os.makedirs(args.out_dir, exist_ok=True)
+      files.atomic_write_json(os.path.join(args.out_dir, "table.json"), output, indent=1)
+      files.atomic_write_text(os.path.join(args.out_dir, "table.md"),
+                              markdown(output) + "\n![RMSE vs ε](table.png)\n")
+      figures.save_figure(figure(output), os.path.join(args.out_dir, "table.png"))
+    print(json.dumps(output, indent=1) if args.format == "json" else markdown(output))
+    return exits.COMPLETED
+
+  return exits.guarded(body, debug=args.debug)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
