@@ -45,6 +45,8 @@ AMPLIFICATION_FILE = "amplification.json"
 # Monte Carlo releases computed in this process and not yet written to a run directory, by
 # their settings: `--calibrate_epsilon` runs before the run directory is validated.
 _RELEASED: dict[tuple, amplification.MonteCarloRelease] = {}
+# The (target ε, σ) of this process's last calibration, by the run's settings.
+_CALIBRATED: dict[tuple, tuple[float, float]] = {}
 
 
 def _assumption_caveat(config: "config_lib.TrainingConfig") -> tuple[str, ...]:
@@ -171,25 +173,37 @@ class BallsInBins(Amplification):
             else config.reproducible_noise_seed + 7919)
 
   @staticmethod
-  def _saved(config) -> Optional[tuple[tuple, amplification.MonteCarloRelease]]:
-    """(key, release) saved in the run directory, or None."""
+  def _saved(config) -> Optional[tuple[tuple, amplification.MonteCarloRelease,
+                                       Optional[float]]]:
+    """(key, release, the target ε a calibration chose its σ for) saved in the run
+    directory, or None."""
     path = os.path.join(config.root_dir, AMPLIFICATION_FILE)
     if not os.path.exists(path):
       return None
     try:
       with open(path, encoding="utf-8") as f:
         saved = json.load(f)
-      return tuple(saved["key"]), amplification.MonteCarloRelease.from_dict(saved["release"])
+      return (tuple(saved["key"]),
+              amplification.MonteCarloRelease.from_dict(saved["release"]),
+              saved.get("calibrated_for"))
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ValueError(
           f"{path} is not a readable balls-in-bins release ({e}); it is this run directory's "
           "privacy accounting. Restore it, or start a new run in another --root_dir.") from e
 
+  def _settings(self, config, mechanism, num_clients) -> tuple:
+    return _jsonable(self._key(config, mechanism, num_clients, "", 0))[:4]
+
   def calibrate(self, config, mechanism, num_clients, target_epsilon):
-    key = self._key(config, mechanism, num_clients, "noise_multiplier", target_epsilon)
+    """σ for the target: the run directory's own (a resumed run calibrated for the same
+    target), else Alg. 2 + Estimate-Verify-Release; a verification that fails (⊥) falls
+    back on the σ that needs no amplification."""
+    settings = self._settings(config, mechanism, num_clients)
     saved = self._saved(config)
-    release = (saved[1] if saved is not None and saved[0] == _jsonable(key)
-               else _RELEASED.get(key))
+    if saved is not None and saved[0][:4] == settings and saved[2] == float(target_epsilon):
+      return saved[1].noise_multiplier
+    key = self._key(config, mechanism, num_clients, "noise_multiplier", target_epsilon)
+    release = _RELEASED.get(key)
     if release is None:
       release = amplification.release_noise_multiplier(
           self.pair(config, mechanism, num_clients), epsilon=target_epsilon,
@@ -197,39 +211,43 @@ class BallsInBins(Amplification):
           verify_ratio=amplification.TRAINING_VERIFY_RATIO)
       _RELEASED.clear()
       _RELEASED[key] = release
-    if not release.verified:  # ⊥: fall back on the σ that needs no amplification.
-      return amplification.round_up(release.noise_multiplier_without_amplification)
-    return release.noise_multiplier
+    sigma = (release.noise_multiplier if release.verified else
+             amplification.round_up(release.noise_multiplier_without_amplification))
+    _CALIBRATED[settings] = (float(target_epsilon), sigma)
+    return sigma
 
   def _release_for_run(self, config, mechanism, num_clients
-                       ) -> tuple[tuple, amplification.MonteCarloRelease]:
-    """The release for the run's σ: saved in the run directory (a resumed run), else that of
-    this process's calibration when it gave this σ, else computed for σ (ε by Monte Carlo)."""
-    settings = _jsonable(self._key(config, mechanism, num_clients, "", 0))[:4]
+                       ) -> tuple[tuple, amplification.MonteCarloRelease, Optional[float]]:
+    """(key, release, calibrated_for) for the run's σ: saved in the run directory (a resumed
+    run), else that of this process's calibration when it gave this σ, else computed for σ
+    (ε by Monte Carlo)."""
+    settings = self._settings(config, mechanism, num_clients)
     saved = self._saved(config)
     if saved is not None:
-      key, release = saved
+      key, release, calibrated_for = saved
       if key[:4] != settings or release.noise_multiplier != config.noise_multiplier:
         raise ValueError(
             f"{os.path.join(config.root_dir, AMPLIFICATION_FILE)} holds the balls-in-bins "
             f"release of other settings (σ {release.noise_multiplier}, key {list(key)}) than "
             f"this run's (σ {config.noise_multiplier}, {list(settings)}). Resume with the "
             "run's own settings, or start a new run in another --root_dir.")
-      return key, release
+      return key, release, calibrated_for
+    target, sigma = _CALIBRATED.get(settings, (None, None))
+    calibrated_for = target if sigma == config.noise_multiplier else None
     for key, release in _RELEASED.items():
       if (_jsonable(key)[:4] == settings and release.verified
           and release.noise_multiplier == config.noise_multiplier):
-        return key, release
+        return key, release, calibrated_for
     key = self._key(config, mechanism, num_clients, "epsilon", config.noise_multiplier)
     release = amplification.release_epsilon(
         self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
         delta=config.delta, seed=self._seed(config),
         verify_ratio=amplification.TRAINING_VERIFY_RATIO)
-    return key, release
+    return key, release, calibrated_for
 
   def accountant(self, config, mechanism, num_clients):
-    key, release = self._release_for_run(config, mechanism, num_clients)
-    save_release(config.root_dir, key, release)
+    key, release, calibrated_for = self._release_for_run(config, mechanism, num_clients)
+    save_release(config.root_dir, key, release, calibrated_for)
     b = release.num_bins
     assumption = (
         f"each client was put into one of b = {b} bins uniformly at random, once, secretly; "
@@ -263,13 +281,15 @@ def _jsonable(key: tuple) -> tuple:
   return tuple(json.loads(json.dumps(list(key))))
 
 
-def save_release(root_dir: str, key: tuple, release: amplification.MonteCarloRelease
-                 ) -> None:
-  """Writes `amplification.json` (the run's Monte Carlo release) if it is not there yet."""
+def save_release(root_dir: str, key: tuple, release: amplification.MonteCarloRelease,
+                 calibrated_for: Optional[float] = None) -> None:
+  """Writes `amplification.json` (the run's Monte Carlo release, and the target ε its σ was
+  calibrated for, if any) unless it is there already."""
   path = os.path.join(root_dir, AMPLIFICATION_FILE)
   if os.path.exists(path):
     return
-  files.atomic_write_json(path, {"key": list(key), "release": release.to_dict()}, indent=1)
+  files.atomic_write_json(path, {"key": list(key), "release": release.to_dict(),
+                                 "calibrated_for": calibrated_for}, indent=1)
 
 
 # ---------------------------------------------------------------------------------------

@@ -176,10 +176,9 @@ class TestCyclicPoisson:
     assert one.group_members(0).tolist() == list(range(50))
 
   def test_restore_continues_identically(self):
-    from dp_fl.participation import checkpoint  # pylint: disable=g-import-not-at-top
     a = sampling.CyclicPoissonScheduler(40, 4, 0.5, seed=9)
     run(a, 7)
-    b = checkpoint.restore_scheduler(a.to_bytes())
+    b = sampling.CyclicPoissonScheduler.from_bytes(a.to_bytes())
     for sa, sb in zip(run(a, 9), run(b, 9)):
       np.testing.assert_array_equal(sa.client_ids, sb.client_ids)
 

@@ -39,6 +39,11 @@ def _report(root):
     return json.load(f)
 
 
+def _new_process():
+  amplified._RELEASED.clear()  # pylint: disable=protected-access
+  amplified._CALIBRATED.clear()  # pylint: disable=protected-access
+
+
 def test_calibration_is_cached_and_a_resume_reuses_it_bitwise(tmp_path, monkeypatch):
   task = toy_task.make_task(num_clients=NUM_CLIENTS)
   calls = []
@@ -59,7 +64,7 @@ def test_calibration_is_cached_and_a_resume_reuses_it_bitwise(tmp_path, monkeypa
   record = json.loads(saved)["release"]
   assert record["noise_multiplier"] == sigma and record["verified"]
 
-  amplified._RELEASED.clear()  # pylint: disable=protected-access  (a new process)
+  _new_process()
   again = program.calibrate_noise_multiplier(_config(tmp_path), 6.0, NUM_CLIENTS)
   assert again == sigma and calls == [6.0]  # From amplification.json, bit for bit.
   result = program.run(task, config, progress_stream=_QUIET)
@@ -122,3 +127,34 @@ def test_settings_the_analyses_do_not_cover_are_refused_before_training(tmp_path
   with pytest.raises(ValueError, match="q = m·G/N"):
     program.run(task, _config(tmp_path / "b", "dpsgd", "cyclic_poisson", min_sep=8),
                 progress_stream=_QUIET)
+
+
+def test_a_failed_verification_falls_back_on_the_unamplified_sigma_also_on_resume(
+    tmp_path, monkeypatch):
+  """Alg. 1 returned ⊥: the run gets the σ that needs no amplification, and a resumed run's
+  calibration finds that same σ in the run directory (no new Monte Carlo attempt)."""
+  task = toy_task.make_task(num_clients=NUM_CLIENTS)
+  real = amplification.release_noise_multiplier
+  calls = []
+
+  def failing(*args, **kwargs):
+    calls.append(1)
+    return dataclasses.replace(real(*args, **kwargs), verified=False)
+
+  monkeypatch.setattr(amplification, "release_noise_multiplier", failing)
+  _new_process()
+  config = _config(tmp_path, "dpsgd")
+  sigma = program.calibrate_noise_multiplier(config, 6.0, NUM_CLIENTS)
+  mechanism = program.build_mechanism(config)
+  unamplified = amplified.BallsInBins().pair(config, mechanism, NUM_CLIENTS)
+  assert sigma == amplification.round_up(
+      amplification.balls_in_bins.unamplified_noise_multiplier(unamplified, epsilon=6.0,
+                                                               delta=config.delta))
+  config = config.replace(noise_multiplier=sigma)
+  program.run(task, config, progress_stream=_QUIET, max_rounds_this_call=4)
+  _new_process()
+  assert program.calibrate_noise_multiplier(_config(tmp_path, "dpsgd"), 6.0,
+                                            NUM_CLIENTS) == sigma
+  assert len(calls) == 1
+  result = program.run(task, config, progress_stream=_QUIET)
+  assert result.rounds_completed == 12 and result.epsilon <= 6.0 * (1 + 1e-9)
