@@ -381,6 +381,16 @@ def cyclic_poisson_epsilon(noise_multiplier: float, *, column_norm: float,
       epsilon_rdp=rdp, pld_value_discretization_interval=pld.interval)
 
 
+def cyclic_poisson_rdp_epsilon(noise_multiplier: float, *, column_norm: float,
+                               sampling_probability: float, num_groups: int, rounds: int,
+                               delta: float) -> float:
+  """The RDP bound alone of `cyclic_poisson_epsilon` (fast; never below its ε)."""
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  norm, q, _, _, compositions = _cyclic_args(column_norm, sampling_probability, num_groups,
+                                             rounds)
+  return dpfedavg.rdp_epsilon(q, sigma / norm, compositions, _checks.check_delta(delta))[0]
+
+
 def cyclic_poisson_noise_multiplier(target_epsilon: float, *, column_norm: float,
                                     sampling_probability: float, num_groups: int,
                                     rounds: int, delta: float, accountant: str = "rdp",

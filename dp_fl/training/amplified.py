@@ -89,8 +89,13 @@ class AmplifiedAccountant(privacy_lib.Accountant):
 
   def __init__(self, scheme: str, config, mechanism, amplified_epsilon, details: dict,
                method: str, assumption: str, verified: bool = True,
-               not_verified: str = ""):
-    """Args: amplified_epsilon(rounds) -> ε amplified for the first `rounds` rounds."""
+               not_verified: str = "", progress_epsilon=None):
+    """Args: amplified_epsilon(rounds) -> ε amplified for the first `rounds` rounds (the
+    reports'); progress_epsilon(rounds) -> a faster bound never below it, for the progress
+    lines and --target_epsilon (None: the reports' ε everywhere)."""
+    self._progress_epsilon = progress_epsilon
+    if progress_epsilon is not None:
+      self.progress_accountant, self.report_accountant = "RDP", "PLD"
     self._scheme = scheme
     self._unamplified = _unamplified(config, mechanism)
     self._amplified_epsilon = amplified_epsilon
@@ -104,14 +109,14 @@ class AmplifiedAccountant(privacy_lib.Accountant):
     self._delta = config.delta
     self._caveats = _assumption_caveat(config)
 
-  def _amplified(self, realized) -> tuple[Optional[float], str]:
+  def _amplified(self, realized, epsilon_for=None) -> tuple[Optional[float], str]:
     """(the amplified ε if it holds else None, why not)."""
     if not self._verified:
       return None, self._not_verified
     if realized.discarded_draws:
       return None, (f"{realized.discarded_draws} discarded round(s) shifted the later rounds' "
                     f"{self._scheme} schedule away from the one analysed")
-    return self._amplified_epsilon(realized.num_rounds), ""
+    return (epsilon_for or self._amplified_epsilon)(realized.num_rounds), ""
 
   def report(self, realized):
     base = self._unamplified.report(realized)
@@ -133,8 +138,14 @@ class AmplifiedAccountant(privacy_lib.Accountant):
         scope=base.scope, caveats=base.caveats + self._caveats)
 
   def epsilon(self, realized):
-    report = self.report(realized)
-    return 0.0 if report is None else report.epsilon
+    if self._progress_epsilon is None:
+      report = self.report(realized)
+      return 0.0 if report is None else report.epsilon
+    unamplified = self._unamplified.epsilon(realized)
+    if realized.num_rounds == 0 or unamplified == 0.0:
+      return unamplified
+    amplified, _ = self._amplified(realized, self._progress_epsilon)
+    return unamplified if amplified is None else min(unamplified, amplified)
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,8 +378,12 @@ class CyclicPoisson(Amplification):
           config.noise_multiplier,
           **self._args(config, mechanism, num_clients, rounds)).epsilon
 
+    def rdp_epsilon_for(rounds: int) -> float:
+      return amplification.cyclic_poisson_rdp_epsilon(
+          config.noise_multiplier, **self._args(config, mechanism, num_clients, rounds))
+
     return AmplifiedAccountant(self.name, config, mechanism, _memo(epsilon_for), details,
-                               method, assumption)
+                               method, assumption, progress_epsilon=_memo(rdp_epsilon_for))
 
 
 def _memo(fn):

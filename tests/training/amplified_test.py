@@ -108,6 +108,11 @@ def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):
   assert not shifted.amplified_holds and "discarded" in shifted.why_not_amplified
   assert shifted.epsilon == shifted.epsilon_unamplified > clean.epsilon
   assert "No amplified ε is claimed" in shifted.to_markdown()
+  # Progress lines and --target_epsilon use the RDP bound: fast, never below the report's.
+  assert (accountant.progress_accountant, accountant.report_accountant) == ("RDP", "PLD")
+  assert accountant.epsilon(ledger.realized()) >= clean.epsilon
+  assert accountant.epsilon(dataclasses.replace(ledger.realized(), discarded_draws=1)) == (
+      shifted.epsilon)
 
 
 def test_a_public_sampling_seed_is_a_caveat_of_the_amplified_claim(tmp_path):
