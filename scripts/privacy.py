@@ -54,8 +54,6 @@ class VerificationFailedError(Exception):
 
 
 DEFAULT_CALIBRATION_MARGIN = amplification.DEFAULT_CALIBRATION_MARGIN
-_round_up = amplification.round_up  # Released σ: rounded UP to 6 digits, verified as printed.
-accounting_seeds = amplification.accounting_seeds
 
 
 # Valid ranges of the numeric flags: outside them a value underflows, overflows or makes the
@@ -132,7 +130,7 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
         "use a mechanism with exact sensitivity (blt, dpsgd, or bandmf with --min_sep >= "
         "bands).")
   if noise_multiplier is None:
-    noise_multiplier = _round_up(
+    noise_multiplier = amplification.round_up(
         zcdp.noise_multiplier_for_epsilon(guaranteed, target_epsilon, delta))
   guarantee = zcdp.matrix_mechanism_guarantee(guaranteed, noise_multiplier, delta)
   notes = ([note] if note else []) + [f"Sensitivity by {sens.method}."]

@@ -308,19 +308,26 @@ def checked_pld_epsilon(sampling_probability: float, noise_multiplier: float, ro
 
 
 def smallest_noise_multiplier(epsilon: Callable[[float], float], target_epsilon: float,
-                              relative_tolerance: float = 1e-12) -> float:
+                              relative_tolerance: float = 1e-12,
+                              upper: float | None = None) -> float:
   """The smallest z (to `relative_tolerance`) with `epsilon(z)` <= `target_epsilon`, for a
-  non-increasing ε(z): brackets [lo, hi] with ε(hi) <= target (doubling hi), then bisects in
-  log z and returns the upper end of the final bracket, so the z returned always meets the
-  target (conservative)."""
+  non-increasing ε(z): brackets [lo, hi] with ε(hi) <= target (doubling hi; or from `upper`,
+  a z known to meet the target, halving lo), then bisects in log z and returns the upper end
+  of the final bracket, so the z returned always meets the target (conservative)."""
   target = _checks.check_positive("target_epsilon", target_epsilon)
   tol = _checks.check_positive("relative_tolerance", relative_tolerance)
-  lo, hi = 1e-3, 1.0
-  while epsilon(hi) > target:
-    lo, hi = hi, 2.0 * hi
-    if hi > 1e6:
-      raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier above "
-                       "1e6; raise the target or lower the rounds / sampling rate.")
+  if upper is not None:
+    hi = _checks.check_positive("upper", upper)
+    lo = hi / 2.0
+    while epsilon(lo) <= target and lo > 1e-6:
+      lo, hi = lo / 2.0, lo
+  else:
+    lo, hi = 1e-3, 1.0
+    while epsilon(hi) > target:
+      lo, hi = hi, 2.0 * hi
+      if hi > 1e6:
+        raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier "
+                         "above 1e6; raise the target or lower the rounds / sampling rate.")
   while hi / lo - 1.0 > tol:
     mid = math.sqrt(lo * hi)
     lo, hi = (mid, hi) if epsilon(mid) > target else (lo, mid)

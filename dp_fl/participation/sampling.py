@@ -115,7 +115,7 @@ class CyclicPoissonScheduler(base.Scheduler):
     if g >= self._groups:
       raise ValueError(f"`group_index` must be < num_groups ({self._groups}); got "
                        f"{group_index!r}.")
-    return np.sort(self._order[self._offsets[g]:self._offsets[g + 1]])
+    return self._order[self._offsets[g]:self._offsets[g + 1]].copy()  # Stable: ascending.
 
   def _select(self, round_index, draw_index):
     # A discarded draw spends its group's turn, like a balls-in-bins bin: the rounds a

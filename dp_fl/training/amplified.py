@@ -346,22 +346,20 @@ class CyclicPoisson(Amplification):
           "Set --bandmf_bands <= --min_sep (or raise --min_sep).")
     self.sampling_probability(config, num_clients)
 
-  def _args(self, config, mechanism, num_clients, rounds=None) -> dict[str, Any]:
-    n = config.rounds if rounds is None else rounds
+  def _args(self, config, mechanism, num_clients) -> dict[str, Any]:
+    """The analysis' settings for the planned rounds (the registry checked them)."""
     column_norm = mechanism.sensitivity(config.rounds, config.rounds, 1).guaranteed
     return dict(column_norm=column_norm,
                 sampling_probability=self.sampling_probability(config, num_clients),
-                num_groups=config.min_sep, rounds=n, delta=config.delta)
+                num_groups=config.min_sep, rounds=config.rounds, delta=config.delta)
 
   def calibrate(self, config, mechanism, num_clients, target_epsilon):
-    self.check(config, mechanism, num_clients)
     return amplification.cyclic_poisson_noise_multiplier(
         target_epsilon, accountant="pld", **self._args(config, mechanism, num_clients))
 
   def accountant(self, config, mechanism, num_clients):
-    self.check(config, mechanism, num_clients)
-    planned = amplification.cyclic_poisson_epsilon(
-        config.noise_multiplier, **self._args(config, mechanism, num_clients))
+    args = self._args(config, mechanism, num_clients)
+    planned = amplification.cyclic_poisson_epsilon(config.noise_multiplier, **args)
     details = planned.to_dict()
     details.pop("epsilon")  # That of the planned rounds; the report's is for those run.
     assumption = (
@@ -375,19 +373,20 @@ class CyclicPoisson(Amplification):
 
     def epsilon_for(rounds: int) -> float:
       return amplification.cyclic_poisson_epsilon(
-          config.noise_multiplier,
-          **self._args(config, mechanism, num_clients, rounds)).epsilon
+          config.noise_multiplier, **dict(args, rounds=rounds)).epsilon
 
     def rdp_epsilon_for(rounds: int) -> float:
       return amplification.cyclic_poisson_rdp_epsilon(
-          config.noise_multiplier, **self._args(config, mechanism, num_clients, rounds))
+          config.noise_multiplier, **dict(args, rounds=rounds))
 
-    return AmplifiedAccountant(self.name, config, mechanism, _memo(epsilon_for), details,
-                               method, assumption, progress_epsilon=_memo(rdp_epsilon_for))
+    return AmplifiedAccountant(
+        self.name, config, mechanism, _memo(epsilon_for, {config.rounds: planned.epsilon}),
+        details, method, assumption, progress_epsilon=_memo(rdp_epsilon_for))
 
 
-def _memo(fn):
-  cache: dict[int, float] = {}
+def _memo(fn, known: Optional[dict[int, float]] = None):
+  """`fn(rounds)` computed once per value (`known`: values already computed)."""
+  cache: dict[int, float] = dict(known or {})
 
   def wrapped(rounds: int) -> float:
     if rounds not in cache:
