@@ -373,9 +373,9 @@ def _compare(args: argparse.Namespace,
 
   try:
     for mechanism in mechanisms:  # Every configuration valid before any training.
-      for participation in participations or [None]:
-        config = config_for(mechanism)
-        if participation is not None and config.is_private:
+      config = config_for(mechanism)
+      if config.is_private:
+        for participation in participations or ():
           config.replace(participation=participation)
     settings, _ = settings_and_config(args)
     task = make_task(settings)

@@ -172,8 +172,8 @@ def _edge_extensions(grid: list[RunRecord], limit: int):
 
   A best rate at the largest (smallest) value tried says the optimum may lie beyond it: the
   grid is extended one step past that edge, the step being the ratio of the two outermost
-  rates on that side (×2 for a one-point grid), until the best is inside or the limit is
-  reached. Yields lazily: each rate is chosen after the previous one was trained (appended
+  rates on that side, until the best is inside or the limit is reached (a one-point grid,
+  which has no step, is not extended). Yields lazily: each rate is chosen after the previous one was trained (appended
   to `grid` by the caller).
   """
   for _ in range(limit):
