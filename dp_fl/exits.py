@@ -25,6 +25,8 @@ import sys
 import traceback
 from typing import Callable, Optional, TextIO
 
+from dp_fl import runtime
+
 COMPLETED = 0
 FAILED = 1
 BAD_INPUT = 2
@@ -102,6 +104,11 @@ def _classify(error: BaseException, debug: bool) -> tuple[int, str]:
     return BAD_INPUT, f"error: {error}"
   if isinstance(error, OSError):
     return ENVIRONMENT, f"error: {describe_os_error(error)}"
+  if runtime.is_worker_lost(error):
+    return ENVIRONMENT, ("error: the TFF worker process stopped (crashed or was killed: "
+                         f"{_first_line(error, 200)}); what was checkpointed is intact — rerun "
+                         "the same command to resume from the last checkpoint (if it recurs, "
+                         "check memory: `dmesg`, --memory_budget_gb)")
   return FAILED, (f"internal error: {type(error).__name__}: {_first_line(error)}"
                   + ("" if debug else
                      " (rerun with --debug for the traceback; please report it)"))

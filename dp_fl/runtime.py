@@ -42,7 +42,9 @@ import sys
 import threading
 import types
 import warnings
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, TypeVar
+
+_T = TypeVar("_T")
 
 _PR_SET_PDEATHSIG = 1
 _WORKER_STOP_TIMEOUT_SECONDS = 5.0
@@ -89,9 +91,10 @@ class _GuardedPopen(subprocess.Popen):
     super().__init__(args, *popen_args, **kwargs)
     with _lock:
       _workers.append(self)
+      _started_worker_pids.add(self.pid)
 
 
-_stopped_worker_pids: set[int] = set()
+_started_worker_pids: set[int] = set()
 
 
 def _guarded_subprocess_module() -> types.ModuleType:
@@ -102,11 +105,16 @@ def _guarded_subprocess_module() -> types.ModuleType:
 
 
 def _kill_unless_already_stopped(pid: int, signum: int) -> None:
-  """`os.kill` for TFF's ServiceManager: a worker we already stopped is not an error."""
+  """`os.kill` for TFF's ServiceManager: a worker that is already gone is not an error.
+
+  Gone because `shutdown_workers` stopped it, or because it crashed — then TFF's
+  ServiceManager signals it before starting a fresh one, and a ProcessLookupError there would
+  turn TFF's own recovery into a failure.
+  """
   try:
     os.kill(pid, signum)
   except ProcessLookupError:
-    if pid not in _stopped_worker_pids:
+    if pid not in _started_worker_pids:
       raise
 
 
@@ -130,8 +138,8 @@ def install_worker_guard() -> None:
       return
     from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
     executor_factory.subprocess = _guarded_subprocess_module()
-    # TFF's ServiceManager.__del__ signals its worker by pid; after `shutdown_workers` the
-    # worker is gone and that would print a spurious ProcessLookupError.
+    # TFF's ServiceManager signals its worker by pid (in __del__, and before replacing a
+    # crashed one); a worker already gone would raise a spurious ProcessLookupError.
     executor_factory.os = _guarded_os_module()
     _guard_installed = True
 
@@ -180,11 +188,15 @@ def worker_pids() -> list[int]:
     return [p.pid for p in _workers if p.poll() is None]
 
 
-def shutdown_workers() -> None:
-  """Stops every TFF worker this process started: SIGINT, then SIGKILL after a grace period."""
+def shutdown_workers(keep: frozenset = frozenset()) -> None:
+  """Stops the TFF workers this process started: SIGINT, then SIGKILL after a grace period.
+
+  Args:
+    keep: Pids to leave running (an enclosing execution context's workers).
+  """
   with _lock:
-    workers = list(_workers)
-    _workers.clear()
+    workers = [p for p in _workers if p.pid not in keep]
+    _workers[:] = [p for p in _workers if p.pid in keep]
   for proc in workers:
     if proc.poll() is None:
       with contextlib.suppress(ProcessLookupError):
@@ -196,7 +208,6 @@ def shutdown_workers() -> None:
       with contextlib.suppress(ProcessLookupError):
         proc.kill()
       proc.wait()
-    _stopped_worker_pids.add(proc.pid)
 
 
 @contextlib.contextmanager
@@ -207,7 +218,8 @@ def execution_context(
   """Installs TFF's synchronous local C++ execution context for the `with` block.
 
   The worker is guarded (see module docstring) and stopped when the block ends, normally or by
-  an exception; the previous default context is restored.
+  an exception; the previous default context is restored (contexts nest: an enclosing
+  context's worker is left running).
 
   Args:
     default_num_clients: Number of clients assumed when a computation's arguments don't say.
@@ -232,14 +244,68 @@ def execution_context(
       default_num_clients=default_num_clients,
       max_concurrent_computation_calls=max_concurrent_computation_calls,
   )
+  enclosing_workers = frozenset(worker_pids())
   stack.set_default_context(context)
   try:
     yield
   finally:
     # Workers first: dropping the context runs TFF's ServiceManager.__del__, which signals
-    # its worker and waits for it with no time limit.
-    shutdown_workers()
+    # its worker and waits for it with no time limit. Only this block's workers: an
+    # enclosing context (e.g. a test's) keeps its own.
+    shutdown_workers(keep=enclosing_workers)
     stack.set_default_context(previous)
+
+
+def is_worker_lost(error: BaseException) -> bool:
+  """Whether `error` says the TFF worker process went away mid-computation (crashed, killed).
+
+  TFF reports a worker it can no longer reach as a `RetryableError` (over gRPC: status
+  UNAVAILABLE), raised from whatever computation was running. The state the worker held (the
+  training state is resident there, `dp_fl/training/resident.py`) is lost with it; what was
+  checkpointed is not. Never imports TFF: an error from a process that has not imported TFF
+  is not TFF's.
+  """
+  errors = sys.modules.get("tensorflow_federated.python.core.impl.executors.executors_errors")
+  if errors is not None and isinstance(error, errors.RetryableError):
+    return True
+  grpc = sys.modules.get("grpc")
+  if grpc is not None and isinstance(error, grpc.RpcError) and callable(
+      getattr(error, "code", None)):
+    with contextlib.suppress(Exception):
+      return error.code() == grpc.StatusCode.UNAVAILABLE
+  return False
+
+
+def run_with_fresh_workers(body: Callable[[], _T], *, attempts: int = 3,
+                           on_restart: Callable[[str], None] = print) -> _T:
+  """Runs `body()` inside `execution_context()`; a lost worker gets a fresh context and a rerun.
+
+  For resumable bodies only — `program.run` resumes bitwise from the run directory's last
+  checkpoint (same cohorts, same noise), so a rerun releases nothing the lost attempt had not
+  (its uncommitted round was never released). Any other error, or a worker lost on the last
+  of `attempts`, propagates.
+
+  Args:
+    body: The work; called once per attempt, each in a fresh execution context.
+    attempts: How many contexts to try (>= 1).
+    on_restart: Told, in one line, of each restart.
+
+  Returns:
+    What `body` returned.
+  """
+  if attempts < 1:
+    raise ValueError(f"`attempts` must be >= 1; got {attempts!r}.")
+  for attempt in range(1, attempts + 1):
+    try:
+      with execution_context():
+        return body()
+    except Exception as e:  # pylint: disable=broad-except
+      if attempt == attempts or not is_worker_lost(e):
+        raise
+      detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+      on_restart(f"the TFF worker process stopped ({detail}); starting a fresh one and "
+                 f"resuming from the last checkpoint (attempt {attempt + 1} of {attempts})")
+  raise AssertionError("unreachable")
 
 
 def _raise_system_exit(signum: int, frame) -> None:  # pylint: disable=unused-argument

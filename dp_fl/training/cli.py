@@ -258,14 +258,15 @@ def _train(args: argparse.Namespace,
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
-  with runtime.execution_context():
-    if target_epsilon is not None and config.is_private:
-      config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-          config, target_epsilon, len(task.train_data.client_ids)))
-      print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
-            f"{target_epsilon:g} at δ = {config.delta:g} for the planned schedule",
-            flush=True)
-    result = program.run(task, config)
+  if target_epsilon is not None and config.is_private:
+    config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
+        config, target_epsilon, len(task.train_data.client_ids)))
+    print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
+          f"{target_epsilon:g} at δ = {config.delta:g} for the planned schedule",
+          flush=True)
+  # A worker that crashes mid-run is replaced and the run resumes from its last checkpoint.
+  result = runtime.run_with_fresh_workers(lambda: program.run(task, config),
+                                          on_restart=lambda line: print(line, flush=True))
   if args.format == "json":
     print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
   else:
@@ -380,12 +381,11 @@ def _compare(args: argparse.Namespace,
     settings, _ = settings_and_config(args)
     task = make_task(settings)
     print(task.description, flush=True)
-    with runtime.execution_context():
-      output = compare_lib.compare(
-          task, config_for, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
-          out_dir=args.out_dir, lr_factors=factors, seeds=args.seeds,
-          max_grid_extensions=args.max_grid_extensions, participations=participations,
-          progress=lambda line: print(line, flush=True))
+    output = compare_lib.compare(
+        task, config_for, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
+        out_dir=args.out_dir, lr_factors=factors, seeds=args.seeds,
+        max_grid_extensions=args.max_grid_extensions, participations=participations,
+        progress=lambda line: print(line, flush=True))
   except ValueError as e:  # The runs' directories are compare's --out_dir/<...>.
     raise ValueError(str(e).replace("`--root_dir`", "`--out_dir`").replace(
         "--root_dir", "--out_dir")) from None

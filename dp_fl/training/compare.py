@@ -33,6 +33,7 @@ import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from dp_fl import files
+from dp_fl import runtime
 from dp_fl.training import config as config_lib
 from dp_fl.training import figures
 from dp_fl.training import program
@@ -199,7 +200,9 @@ def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, p
   noise = f"σ {config.noise_multiplier:.4g}" if config.is_private else "no noise"
   progress(f"== {mechanism} ({phase}): server lr {rate:.4g}, seed {seed}, {noise} -> "
            f"{root_dir}")
-  result = program.run(task, config)
+  # Each run in its own TFF worker: a worker that crashes costs one rerun from that run's
+  # last checkpoint, not the comparison.
+  result = runtime.run_with_fresh_workers(lambda: program.run(task, config), on_restart=progress)
   return RunRecord(
       mechanism=mechanism, phase=phase, server_learning_rate=rate, seed=seed,
       # A run that stopped early is scored as what it reached; the grid never picks a NaN.

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from dp_fl import runtime
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _DEADLINE_SECONDS = 120
 
@@ -148,3 +150,113 @@ def test_background_job_with_sigint_ignored_still_stops_its_worker(mode):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+
+def _federated_sum():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def federated_sum(values):
+    return tff.federated_sum(values)
+
+  return federated_sum
+
+
+def _resident_sum():
+  """A stateful process whose state lives in the worker, as training's does."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
+  process = tff.aggregators.SumFactory().create(tff.TensorType(np.float32))
+  summer = resident.ResidentProcess(process, process.initialize())
+  return lambda values: float(summer.next([np.float32(v) for v in values]).outputs[0])
+
+
+def _kill_workers() -> list[int]:
+  pids = runtime.worker_pids()
+  for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+  for pid in pids:
+    assert _wait_until_gone(pid)
+  return pids
+
+
+def test_a_lost_worker_is_replaced_and_the_body_rerun():
+  """A worker that dies mid-run (the segfault seen under memory pressure) takes the state
+  resident in it; that costs one rerun in a fresh context, not the run: the body —
+  resumable, like program.run — is called again."""
+  attempts, restarts, killed = [], [], []
+
+  def body():
+    attempts.append(1)
+    resident_sum = _resident_sum()
+    assert resident_sum([1, 2]) == 3
+    if len(attempts) == 1:
+      killed.extend(_kill_workers())
+      resident_sum([1, 2])  # Raises: its state went with the worker.
+    return runtime.worker_pids()
+
+  live = runtime.run_with_fresh_workers(body, on_restart=restarts.append)
+  assert len(attempts) == 2 and len(restarts) == 1
+  assert "worker process stopped" in restarts[0] and "attempt 2 of 3" in restarts[0]
+  assert killed and live and not set(killed) & set(live)
+  assert not runtime.worker_pids()  # The fresh context stopped its worker too.
+
+
+def test_a_worker_lost_on_the_last_attempt_is_an_environment_error_naming_the_fix():
+  from dp_fl import exits  # pylint: disable=g-import-not-at-top
+
+  def body():
+    resident_sum = _resident_sum()
+    assert resident_sum([1, 2]) == 3
+    _kill_workers()
+    resident_sum([1, 2])
+
+  with pytest.raises(Exception) as raised:
+    runtime.run_with_fresh_workers(body, attempts=1, on_restart=pytest.fail)
+  assert runtime.is_worker_lost(raised.value)
+  code, message = exits._classify(raised.value, debug=False)
+  assert code == exits.ENVIRONMENT
+  assert "TFF worker process stopped" in message and "rerun the same command" in message
+
+
+def test_a_stateless_computation_after_a_crash_gets_a_fresh_worker():
+  """TFF's ServiceManager restarts a worker it finds gone; the guard must not turn that into
+  a ProcessLookupError (it did: a crashed worker was not one `shutdown_workers` stopped)."""
+  federated_sum = _federated_sum()
+  with runtime.execution_context():
+    assert federated_sum([1, 2]) == 3
+    killed = _kill_workers()
+    assert federated_sum([3, 4]) == 7
+    assert runtime.worker_pids() and not set(killed) & set(runtime.worker_pids())
+
+
+def test_other_errors_are_not_retried():
+  calls = []
+
+  def body():
+    calls.append(1)
+    raise RuntimeError("a bug, not a lost worker")
+
+  with pytest.raises(RuntimeError, match="a bug"):
+    runtime.run_with_fresh_workers(body, on_restart=pytest.fail)
+  assert len(calls) == 1
+  assert not runtime.is_worker_lost(RuntimeError("x")) and not runtime.is_worker_lost(
+      OSError("unavailable"))
+  with pytest.raises(ValueError, match="attempts"):
+    runtime.run_with_fresh_workers(lambda: None, attempts=0)
+
+
+def test_a_nested_context_leaves_the_enclosing_worker_running():
+  federated_sum = _federated_sum()
+  with runtime.execution_context():
+    assert federated_sum([1, 2]) == 3
+    outer = runtime.worker_pids()
+    with runtime.execution_context():
+      assert federated_sum([3, 4]) == 7
+      assert len(runtime.worker_pids()) == 2
+    assert runtime.worker_pids() == outer
+    assert federated_sum([5, 6]) == 11  # The enclosing context still works.
+  assert not runtime.worker_pids()

@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 
-from dp_fl import runtime
 from dp_fl.training import compare
 from tests.training import toy_program
 from tests.training import toy_task
@@ -36,10 +35,10 @@ def comparison(tmp_path_factory):
     return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
                                   server_momentum=0.0, reproducible_noise_seed=11)
 
-  with runtime.execution_context():
-    output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
-                             target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
-                             seeds=2, max_grid_extensions=0, progress=lambda line: None)
+  # compare() runs each training in its own execution context (and TFF worker).
+  output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                           target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
+                           seeds=2, max_grid_extensions=0, progress=lambda line: None)
   return output, out_dir, evaluation, validation
 
 
@@ -179,11 +178,10 @@ def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path
                                   clients_per_round=2, server_momentum=0.0,
                                   reproducible_noise_seed=5)
 
-  with runtime.execution_context():
-    output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
-                             target_epsilon=8.0, out_dir=str(tmp_path), lr_factors=(1.0,),
-                             seeds=1, participations=("min_sep_rounds", "cyclic_poisson"),
-                             progress=lambda line: None)
+  output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                           target_epsilon=8.0, out_dir=str(tmp_path), lr_factors=(1.0,),
+                           seeds=1, participations=("min_sep_rounds", "cyclic_poisson"),
+                           progress=lambda line: None)
   rows = {r["mechanism"]: r for r in output["rows"]}
   assert set(rows) == {"clip@min_sep_rounds", "dpsgd@min_sep_rounds", "dpsgd@cyclic_poisson"}
   minsep, cyclic = rows["dpsgd@min_sep_rounds"], rows["dpsgd@cyclic_poisson"]
