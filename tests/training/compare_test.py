@@ -189,3 +189,24 @@ def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path
   assert cyclic["noise_multiplier"] < minsep["noise_multiplier"]  # Amplification pays.
   for row in (minsep, cyclic):
     assert row["epsilon"] <= 8.0 * (1 + 1e-6)
+
+
+def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
+  """A comparison that stopped (machine lost, Ctrl-C) is resumed by rerunning it: every
+  finished run comes back from its checkpoint with the same figures, nothing is retrained."""
+  output, out_dir, _, _ = comparison
+  task = toy_task.make_task()
+
+  def config_for(mechanism):
+    return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
+                                  server_momentum=0.0, reproducible_noise_seed=11)
+
+  again = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                          target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
+                          seeds=2, max_grid_extensions=0, progress=lambda line: None)
+  assert [r["metric"] for r in again["runs"]] == [r["metric"] for r in output["runs"]]
+  assert [r["epsilon"] for r in again["runs"]] == [r["epsilon"] for r in output["runs"]]
+  assert all(r["rounds"] == 4 for r in again["runs"])
+  for run in again["runs"]:
+    with open(os.path.join(run["root_dir"], "metrics", "train.csv")) as f:
+      assert len(f.read().strip().splitlines()) == 1 + 4  # Header + 4 rounds, not 8.
