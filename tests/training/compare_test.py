@@ -31,15 +31,18 @@ def comparison(tmp_path_factory):
   validation = _Counting(task.validation_dataset_fn)
   task = dataclasses.replace(task, eval_dataset_fn=evaluation, validation_dataset_fn=validation)
 
+  # compare() runs each training in its own execution context (and TFF worker).
+  return _compare_clip_and_dpsgd(task, out_dir), out_dir, evaluation, validation
+
+
+def _compare_clip_and_dpsgd(task, out_dir):
   def config_for(mechanism):
     return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
                                   server_momentum=0.0, reproducible_noise_seed=11)
 
-  # compare() runs each training in its own execution context (and TFF worker).
-  output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
-                           target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
-                           seeds=2, max_grid_extensions=0, progress=lambda line: None)
-  return output, out_dir, evaluation, validation
+  return compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
+                         target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
+                         seeds=2, max_grid_extensions=0, progress=lambda line: None)
 
 
 def test_grid_runs_score_on_validation_data_and_seed_runs_on_evaluation_data(comparison):
@@ -195,15 +198,7 @@ def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
   """A comparison that stopped (machine lost, Ctrl-C) is resumed by rerunning it: every
   finished run comes back from its checkpoint with the same figures, nothing is retrained."""
   output, out_dir, _, _ = comparison
-  task = toy_task.make_task()
-
-  def config_for(mechanism):
-    return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
-                                  server_momentum=0.0, reproducible_noise_seed=11)
-
-  again = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
-                          target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
-                          seeds=2, max_grid_extensions=0, progress=lambda line: None)
+  again = _compare_clip_and_dpsgd(toy_task.make_task(), out_dir)
   assert [r["metric"] for r in again["runs"]] == [r["metric"] for r in output["runs"]]
   assert [r["epsilon"] for r in again["runs"]] == [r["epsilon"] for r in output["runs"]]
   assert all(r["rounds"] == 4 for r in again["runs"])
