@@ -45,7 +45,8 @@ SETTINGS = {
     "stackoverflow": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
                           mechanisms=(("blt", None), ("bandmf", None)),
                           cyclic_bands=(4, 16, 64)),
-    "paper003_fig2": dict(rounds=2048, epochs=16, delta=1e-5, epsilons=(1.0, 2.0, 4.0, 8.0),
+    "paper003_fig2": dict(rounds=2048, epochs=16, delta=1e-5,
+                          epsilons=(1.0, 2.0, 4.0, 8.0, 16.0),
                           mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=()),
 }
 SCHEMES = ("min_sep", "balls_in_bins", "cyclic_poisson")

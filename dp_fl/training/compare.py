@@ -240,6 +240,11 @@ def _row(mechanism: str, base: config_lib.TrainingConfig, chosen: float,
   }
 
 
+def _mean_pm_std(mean: float, std: float, seeds: int) -> str:
+  """"mean ± std", or the value alone for one seed (a std of 0 would claim no spread)."""
+  return f"{mean:.4f}" if seeds == 1 else f"{mean:.4f} ± {std:.4f}"
+
+
 def markdown(output: Mapping[str, Any]) -> str:
   """The comparison as a Markdown table (mean ± std over the seeds)."""
   metric = output["headline_metric"]
@@ -250,8 +255,8 @@ def markdown(output: Mapping[str, Any]) -> str:
            f"Each row: the server learning rate chosen on validation data from the "
            f"mechanism's rate × {output['lr_factors']} (extended past its edge while the "
            "best rate lay on it; the `grid` of comparison.json lists every rate tried), then "
-           f"{output['seeds']} seeds at that "
-           "rate on the evaluation data (mean ± std). ε: the largest realized over the "
+           f"{output['seeds']} seed{'s' if output['seeds'] > 1 else ''} at that "
+           "rate on the evaluation data (mean ± std; one seed: no std). ε: the largest realized over the "
            "seeds (an upper bound, from the participation actually realized).", "",
            f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -263,8 +268,9 @@ def markdown(output: Mapping[str, Any]) -> str:
     if stopped:
       rounds += f" ({', '.join(stopped)})"
     lines.append(f"| {r['mechanism']} | {sigma} | {r['server_learning_rate']:.3g} | "
-                 f"{r['metric_mean']:.4f} ± {r['metric_std']:.4f} | "
-                 f"{r['accuracy_mean']:.4f} ± {r['accuracy_std']:.4f} | {eps} | {rounds} |")
+                 f"{_mean_pm_std(r['metric_mean'], r['metric_std'], output['seeds'])} | "
+                 f"{_mean_pm_std(r['accuracy_mean'], r['accuracy_std'], output['seeds'])} | "
+                 f"{eps} | {rounds} |")
   lines += ["", "Unigram baselines (accuracies: always the most frequent word; loss: the "
             "best context-free distribution): " + ", ".join(
       f"{k.removeprefix('unigram_')} {v:.4f}" for k, v in baseline.items())]

@@ -99,6 +99,7 @@ def test_outputs_json_markdown_and_png(comparison):
     assert json.load(f)["rows"] == json.loads(json.dumps(output["rows"]))
   text = open(os.path.join(out_dir, "comparison.md")).read()
   assert "| clip | — |" in text and "| dpsgd |" in text and "comparison.png" in text
+  assert " ± " in text.split("| --- |")[-1]  # Two seeds: mean ± std in the rows.
   with open(os.path.join(out_dir, "comparison.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   figure = compare.comparison_figure(output)
@@ -192,6 +193,9 @@ def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path
   assert cyclic["noise_multiplier"] < minsep["noise_multiplier"]  # Amplification pays.
   for row in (minsep, cyclic):
     assert row["epsilon"] <= 8.0 * (1 + 1e-6)
+  table_rows = [line for line in compare.markdown(output).splitlines()
+                if line.startswith("| dpsgd@")]
+  assert len(table_rows) == 2 and not any("±" in line for line in table_rows)  # One seed.
 
 
 def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
