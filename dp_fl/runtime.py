@@ -302,9 +302,8 @@ def run_with_fresh_workers(body: Callable[[], _T], *, attempts: int = 3,
     except Exception as e:  # pylint: disable=broad-except
       if attempt == attempts or not is_worker_lost(e):
         raise
-      detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-      on_restart(f"the TFF worker process stopped ({detail}); starting a fresh one and "
-                 f"resuming from the last checkpoint (attempt {attempt + 1} of {attempts})")
+      on_restart(f"the TFF worker process stopped ({type(e).__name__}); starting a fresh one "
+                 f"and resuming from the last checkpoint (attempt {attempt + 1} of {attempts})")
   raise AssertionError("unreachable")
 
 

@@ -256,8 +256,9 @@ def markdown(output: Mapping[str, Any]) -> str:
            f"mechanism's rate × {output['lr_factors']} (extended past its edge while the "
            "best rate lay on it; the `grid` of comparison.json lists every rate tried), then "
            f"{output['seeds']} seed{'s' if output['seeds'] > 1 else ''} at that "
-           "rate on the evaluation data (mean ± std; one seed: no std). ε: the largest realized over the "
-           "seeds (an upper bound, from the participation actually realized).", "",
+           "rate on the evaluation data (mean ± std; one seed: no std). ε: the largest "
+           "realized over the seeds (an upper bound, from the participation actually "
+           "realized).", "",
            f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in output["rows"]:

@@ -64,11 +64,11 @@ PRESETS: dict[str, cli.Preset] = {
             # Noise-free clipped updates take a 3x larger server step (content-word accuracy
             # 0.129 vs 0.080 at rate 1 on real text, 100 rounds).
             "clip": dict(server_learning_rate=3.0),
-            # Independent noise (DP-SGD's RMS error 7.1 per round at k = 1, n = 100, vs BLT's
-            # 2.4) swamps updates clipped at 1: DP-SGD diverges, TreeAgg stays at the unigram
-            # figure. Clipping at 0.3 with two local epochs (more progress per clipped update)
-            # learns past it: 0.082 (DP-SGD) and 0.080 (TreeAgg) vs unigram 0.068 on real
-            # text (docs/RESULTS.md).
+            # Independent noise (prefix-sum RMSE at ε = 8, k = 1, n = 100: DP-SGD 4.27,
+            # TreeAgg 2.84, BLT 1.42) swamps updates clipped at 1: DP-SGD diverges, TreeAgg
+            # stays at the unigram figure. Clipping at 0.3 with two local epochs (more progress
+            # per clipped update) learns past it: 0.082 (DP-SGD) and 0.080 (TreeAgg) vs
+            # unigram 0.068 on real text (docs/RESULTS.md).
             **{m: dict(clip_norm=0.3, client_epochs=2) for m in ("dpsgd", "tree")},
         },
         calibrate_epsilon=8.0),
