@@ -5,7 +5,7 @@ bounded (nothing clips them), and server momentum 0.9 at rate 1.0 makes the effe
 server step 1/(1 − 0.9) = 10 times the average update; as the LSTM's updates grow with its
 weights the step overshoots, the loss rises and the updates grow further (7.6 → 9.8 at round
 12 → 10^3 at round 37 → 4.8·10^4 at round 49 on the full real-text corpus). The preset gives
-`none` local Adam and no server momentum (`tasks/stackoverflow/train.py`).
+`none` local Adam, which bounds each coordinate of the update (`tasks/stackoverflow/train.py`).
 """
 
 from __future__ import annotations
