@@ -42,7 +42,7 @@ import sys
 import threading
 import types
 import warnings
-from typing import Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 _T = TypeVar("_T")
 
@@ -210,6 +210,17 @@ def shutdown_workers(keep: frozenset = frozenset()) -> None:
       proc.wait()
 
 
+def compile_for_cpp_worker(computation: Any) -> Any:
+  """How dp_fl's execution context compiles a computation for TFF's C++ worker: the secure-sum
+  intrinsics (cpSGD's secure modular sum, dp_fl/aggregators/cpsgd.py) become plain sums —
+  this runtime has no secure aggregation to run them; in production the same computation's
+  sums run under secure aggregation — then TFF's native compilation."""
+  from tensorflow_federated.python.core.backends.native import compiler  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.backends.test import compiler as test_compiler  # pylint: disable=g-import-not-at-top
+  return compiler.desugar_and_transform_to_native(
+      test_compiler.replace_secure_intrinsics_with_bodies(computation))
+
+
 @contextlib.contextmanager
 def execution_context(
     default_num_clients: int = 0,
@@ -240,10 +251,18 @@ def execution_context(
   previous = stack.current
   if max_concurrent_computation_calls is None:
     max_concurrent_computation_calls = os.cpu_count() or -1
-  context = tff.backends.native.create_sync_local_cpp_execution_context(
-      default_num_clients=default_num_clients,
-      max_concurrent_computation_calls=max_concurrent_computation_calls,
-  )
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
+  # TFF's local C++ context (as tff.backends.native builds it), compiling as
+  # `compile_for_cpp_worker` does.
+  context = sync_execution_context.SyncExecutionContext(
+      executor_fn=executor_factory.local_cpp_executor_factory(
+          default_num_clients=default_num_clients,
+          max_concurrent_computation_calls=max_concurrent_computation_calls),
+      compiler_fn=compile_for_cpp_worker,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result)
   enclosing_workers = frozenset(worker_pids())
   stack.set_default_context(context)
   try:

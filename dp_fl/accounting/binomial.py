@@ -84,8 +84,8 @@ def check_binomial_condition(
 def bits_per_coordinate(num_quantization_levels: int, num_trials: int) -> int:
   """⌈log₂(k + m)⌉ bits per coordinate per client (paper 000, Thm. 3)."""
   k = _checks.check_positive_int("num_quantization_levels", num_quantization_levels)
-  m = _checks.check_positive_int("num_trials", num_trials)
-  return max(1, math.ceil(math.log2(k + m)))
+  m = _checks.check_nonnegative_int("num_trials", num_trials)
+  return max(1, (k + m - 1).bit_length())  # Messages in {0, …, k−1+m}.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,6 +56,8 @@ class RealizedParticipation:
       (paper 004 App. C: misbehaving clients do not affect others' guarantee).
     discarded_draws: selections that were run but discarded (no row of C); they shift
       which bin or group later rows use, which amplification analyses do not model.
+    min_cohort: the smallest number of clients of any non-empty round (None before any);
+      mechanisms whose noise the clients add (cpSGD) have the least noise in that round.
   """
   num_rounds: int
   min_separation: int | None
@@ -65,6 +67,7 @@ class RealizedParticipation:
   total_participations: int
   refused_check_ins: int
   discarded_draws: int = 0
+  min_cohort: int | None = None
 
 
 class ParticipationLedger:
@@ -84,6 +87,7 @@ class ParticipationLedger:
     self._min_separation: int | None = None
     self._max_participations = 0
     self._total = 0
+    self._min_cohort: int | None = None
     # The participation record: _history[i] holds the sorted clients of row
     # _history_rounds[i] (empty rows are left out). None for a ledger restored from a state
     # written before the record was kept.
@@ -132,6 +136,8 @@ class ParticipationLedger:
       self._count[ids] += 1
       self._max_participations = max(self._max_participations, int(self._count[ids].max()))
       self._total += int(ids.size)
+      self._min_cohort = (int(ids.size) if self._min_cohort is None
+                          else min(self._min_cohort, int(ids.size)))
       if self._history is not None:
         self._history.append(np.sort(ids).astype(np.int32))
         self._history_rounds.append(r)
@@ -156,7 +162,10 @@ class ParticipationLedger:
     hist[:current.size] = current
     np.subtract.at(hist, counts, 1)
     np.add.at(hist, counts + 1, 1)
-    return self._summary(r + 1, min_sep, k, hist, self._total + int(ids.size))
+    min_cohort = self._min_cohort
+    if ids.size:
+      min_cohort = int(ids.size) if min_cohort is None else min(min_cohort, int(ids.size))
+    return self._summary(r + 1, min_sep, k, hist, self._total + int(ids.size), min_cohort)
 
   def record_refusal(self, client_ids: np.ndarray) -> None:
     """Counts refused check-ins (ineligible devices asking to participate)."""
@@ -261,10 +270,10 @@ class ParticipationLedger:
   def realized(self) -> RealizedParticipation:
     """The realized (b, k, histogram) for the privacy report (paper 004, App. C)."""
     return self._summary(self._num_rounds, self._min_separation, self._max_participations,
-                         self.participation_histogram(), self._total)
+                         self.participation_histogram(), self._total, self._min_cohort)
 
   def _summary(self, num_rounds: int, min_separation: int | None, max_participations: int,
-               hist: np.ndarray, total: int) -> RealizedParticipation:
+               hist: np.ndarray, total: int, min_cohort: int | None) -> RealizedParticipation:
     return RealizedParticipation(
         num_rounds=num_rounds,
         min_separation=min_separation,
@@ -273,6 +282,7 @@ class ParticipationLedger:
         num_participants=int(self._num_clients - hist[0]),
         total_participations=total,
         refused_check_ins=int(self._refused.sum()),
+        min_cohort=min_cohort,
     )
 
   @property
@@ -287,7 +297,8 @@ class ParticipationLedger:
     """(meta, arrays) describing the ledger exactly; used by schedulers' to_bytes."""
     meta = {"num_clients": self._num_clients, "num_rounds": self._num_rounds,
             "min_separation": self._min_separation,
-            "max_participations": self._max_participations, "total": self._total}
+            "max_participations": self._max_participations, "total": self._total,
+            "min_cohort": self._min_cohort}
     arrays = {"first": self._first, "last": self._last, "count": self._count,
               "refused": self._refused, "separation_hist": self._separation_hist}
     if self._history is not None:
@@ -324,6 +335,12 @@ class ParticipationLedger:
       ledger._history_rounds = [int(r) for r in arrays["record_rounds"]]
     else:
       ledger._history, ledger._history_rounds = None, []
+    # A state written before the smallest cohort was kept: from the participation record,
+    # else 1 when anyone took part (the least noise any round can have had).
+    min_cohort = meta.get("min_cohort")
+    if min_cohort is None and ledger._total:
+      min_cohort = (min(a.size for a in ledger._history) if ledger._history else 1)
+    ledger._min_cohort = None if min_cohort is None else int(min_cohort)
     return ledger
 
   def to_bytes(self) -> bytes:

@@ -49,7 +49,8 @@ STATE_FIELDS = ("server_optimizer",)
 PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
                   "seed", "participation", "min_sep", "max_participations", "blt_buffers",
                   "bandmf_bands", "mechanism_params", "population_sampling_rate", "delta",
-                  "reproducible_noise_seed")
+                  "reproducible_noise_seed", "cpsgd_levels", "cpsgd_trials", "cpsgd_p",
+                  "cpsgd_x_max")
 
 
 # Magnitudes a float32 training job and its accountants can represent (issue #18: σ = 1e-300
@@ -84,6 +85,13 @@ class TrainingConfig:
     blt_buffers: d for BLT.
     bandmf_bands: BandMF bands (None: min(b, n)).
     mechanism_params: optional JSON file with the mechanism's parameters (scripts/mechanism).
+    cpsgd_levels: k, cpSGD's quantization levels (paper 000, Eq. 8).
+    cpsgd_trials: m, the Binomial trials of each client's noise share; None: the smallest m
+      whose noise is at least `noise_multiplier` × clip norm in the sum (what
+      `--calibrate_epsilon` sets).
+    cpsgd_p: p, each trial's success probability.
+    cpsgd_x_max: X_max, the bound rotated coordinates are clipped to; None: Thm. 4's
+      D √(2 log(2nd/δ)/d).
     participation: one of PARTICIPATIONS.
     timer_hours: device timer T (device_timer).
     round_hours: simulated duration of a round (device_timer).
@@ -129,6 +137,10 @@ class TrainingConfig:
   blt_buffers: int = 4
   bandmf_bands: Optional[int] = None
   mechanism_params: Optional[str] = None
+  cpsgd_levels: int = 16
+  cpsgd_trials: Optional[int] = None
+  cpsgd_p: float = 0.5
+  cpsgd_x_max: Optional[float] = None
   participation: str = "device_timer"
   timer_hours: float = 24.0
   round_hours: float = 1.0
@@ -163,6 +175,13 @@ class TrainingConfig:
       _checks.check_positive_int(name, getattr(self, name))
     for name in ("seed", "cooldown_rounds"):
       _checks.check_nonnegative_int(name, getattr(self, name))
+    _checks.check_in_range("cpsgd_levels", self.cpsgd_levels, 2, 2 ** 30, integer=True,
+                           why="cpSGD quantizes each coordinate to k >= 2 levels; typical 2–256")
+    if self.cpsgd_trials is not None:
+      _checks.check_nonnegative_int("cpsgd_trials", self.cpsgd_trials)
+    _checks.check_open_unit("cpsgd_p", self.cpsgd_p)
+    if self.cpsgd_x_max is not None:
+      _checks.check_positive("cpsgd_x_max", self.cpsgd_x_max)
     for name in ("max_participations", "bandmf_bands"):
       if getattr(self, name) is not None:
         _checks.check_positive_int(name, getattr(self, name))

@@ -167,3 +167,144 @@ class PoissonAccountant(Accountant):
     return dpfedavg.dpfedavg_epsilon(self._population, self._expected, self._z,
                                      realized.num_rounds, self._delta,
                                      method=dpfedavg.RDP).epsilon
+
+
+def distributed_scope(config: Any) -> Scope:
+  """`release_scope` for a mechanism whose noise the clients add and whose sum only secure
+  aggregation sees (cpSGD, paper 000): other secrets and another trust model."""
+  scope, caveats = release_scope(config, sampled=False)
+  replaced = {
+      "covered": (
+          "What the server sees each round — the secure sum of the clients' integer messages "
+          "(their rotated, quantized updates plus their noise shares) — hence every global "
+          "model, the checkpoints' models and everything computed from them alone."),
+      "secrets": (
+          "Each client's quantization dither and noise share come from that client's own OS "
+          "entropy and are never stored; the rotation seed is public randomness (paper 000, "
+          "Sec. 3.1). The scheduler's seed " + (
+              "derives from --reproducible_noise_seed (see the caveat)."
+              if config.noise_seed_is_public else
+              "is drawn from OS entropy and kept only in the checkpoints.")),
+      "assumed": (
+          "Clients that add their own shares and follow the participation rules; secure "
+          "aggregation of the integer messages modulo 2^b (in this simulation TFF computes "
+          "that sum in the clear, as its test backend does, and nothing wraps); a round re-run "
+          "after a crash draws fresh shares, so the report charges every round that may have "
+          "been released twice (each resume after a crash: up to --checkpoint_every rounds; "
+          "a round computed but not applied: one)."),
+  }
+  return tuple((k, replaced.get(k, v)) for k, v in scope), caveats
+
+
+class BinomialAccountant(Accountant):
+  """cpSGD (paper 000): Thm. 1 per round at the smallest realized cohort, composed over each
+  client's realized participations plus those a resume may have released again."""
+
+  def __init__(self, protocol: Any, dimension: int, secure_sum_bits: int,
+               noise_multiplier: float, delta: float, checkpoint_every: int,
+               resumes: int, scope: Scope = ((), ())):
+    """Args: protocol (`dp_fl.mechanisms.cpsgd.Protocol`), dimension d' the rotation acts on,
+    secure_sum_bits b, noise_multiplier (Gaussian-equivalent, for the report), delta,
+    checkpoint_every (rounds a resume may re-run), resumes (releases the ledger may not
+    count, `count_rerun_releases`), scope."""
+    self._protocol = protocol
+    self._dimension = dimension
+    self._bits = secure_sum_bits
+    self._sigma = noise_multiplier
+    self._delta = delta
+    self._checkpoint_every = checkpoint_every
+    self._resumes = resumes
+    self._scope, self._caveats = scope
+
+  def _replayed(self, realized: ledger_lib.RealizedParticipation) -> int:
+    """Participations per client a resume may have released twice: each resume re-runs at
+    most `checkpoint_every` rounds, in which a client takes part at most ⌈K / b⌉ times."""
+    if not self._resumes:
+      return 0
+    window = self._checkpoint_every
+    b = realized.min_separation or window
+    return self._resumes * -(-window // b)
+
+  def guarantee(self, realized: ledger_lib.RealizedParticipation):
+    from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
+    k = realized.max_participations + self._replayed(realized)
+    p = self._protocol
+    return cpsgd.composed_epsilon(p.num_levels, p.num_trials, p.p, p.x_max, p.clip_norm,
+                                  self._dimension, realized.min_cohort or 1, k, self._delta)
+
+  def report(self, realized):
+    from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
+    if realized.num_rounds == 0 or realized.max_participations == 0:
+      return None
+    g = self.guarantee(realized)
+    p = self._protocol
+    notes = ()
+    if g.round_guarantee is None:
+      notes = ("Thm. 1's condition N·p·(1−p) >= max(23 log(10d/δ₀), 2Δ∞) fails for this "
+               "cohort and m: no finite ε is claimed. Use more trials (--cpsgd_trials, or a "
+               "larger --noise_multiplier) or larger cohorts.",)
+    return report_lib.BinomialPrivacyReport(
+        mechanism="cpsgd", num_levels=p.num_levels, num_trials=p.num_trials, p=p.p,
+        x_max=p.x_max, clip_norm=p.clip_norm, dimension=self._dimension, cohort=g.cohort,
+        participations=g.participations, replayed_participations=self._replayed(realized),
+        rounds=realized.num_rounds, epsilon=g.epsilon, delta=self._delta,
+        round_epsilon=(g.round_guarantee.epsilon if g.round_guarantee else math.inf),
+        round_delta=g.round_delta, composition=g.composition,
+        bits_per_coordinate=g.bits_per_coordinate, secure_sum_bits=self._bits,
+        noise_multiplier=self._sigma, notes=notes, scope=self._scope,
+        caveats=self._caveats)
+
+  def epsilon(self, realized):
+    if realized.num_rounds == 0 or realized.max_participations == 0:
+      return 0.0
+    return self.guarantee(realized).epsilon
+
+
+RESUME_LOG = "resumes.jsonl"
+"""The run's calls, one line per event: `resumed` (from a checkpoint, before any round is
+re-run) and `stopped` (after the call's last checkpoint; `clean` unless a round was computed
+and not applied). Written for every run; counted only for mechanisms whose re-run rounds are
+fresh releases (`registry.MechanismEntry.client_randomness`)."""
+
+
+def _log_event(root_dir: str, event: dict) -> None:
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(root_dir, RESUME_LOG), "a", encoding="utf-8") as f:
+    f.write(json.dumps(event) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def record_resume(root_dir: str, from_round: int) -> None:
+  """Logs (and syncs) that the run resumes from the checkpoint of `from_round`."""
+  _log_event(root_dir, {"event": "resumed", "from_round": int(from_round)})
+
+
+def record_stop(root_dir: str, at_round: int, clean: bool) -> None:
+  """Logs that a call ended after checkpointing round `at_round`; `clean` False when a round
+  was computed but not applied (its result was released to the server all the same)."""
+  _log_event(root_dir, {"event": "stopped", "at_round": int(at_round), "clean": bool(clean)})
+
+
+def count_rerun_releases(root_dir: str) -> int:
+  """Releases the ledger may not count: each resume not preceded by a clean stop at its
+  round (the rounds after the last checkpoint may have run before), and each unclean stop
+  (a computed round that was not applied)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(root_dir, RESUME_LOG)
+  if not os.path.exists(path):
+    return 0
+  with open(path, encoding="utf-8") as f:
+    events = [json.loads(line) for line in f if line.strip()]
+  charges, previous = 0, None
+  for event in events:
+    if event["event"] == "resumed":
+      clean_before = (previous is not None and previous["event"] == "stopped"
+                      and previous["clean"] and previous["at_round"] == event["from_round"])
+      charges += not clean_before
+    elif not event["clean"]:
+      charges += 1
+    previous = event
+  return charges

@@ -21,7 +21,10 @@ knows it. Given those seeds a run is deterministic: the model is initialized fro
 noise is a function of (noise seed, row of C) and the aggregator state, the scheduler draws
 from its own seeded streams, and client datasets must be deterministic. A run killed at any
 point and resumed from its latest checkpoint ends with the same model, bitwise, as an
-uninterrupted one (`tests/training/program_test.py`).
+uninterrupted one (`tests/training/program_test.py`) — except where the clients draw private
+randomness (cpSGD's noise shares, `registry.MechanismEntry.client_randomness`): there a re-run
+round is a fresh release, which the accountant charges from the log of resumes
+(`privacy.record_resume`).
 
 Privacy bookkeeping: a round's cohort is recorded in the ledger only when the round is
 applied; a discarded round (non-finite result) uses no row of C and leaves no trace in the
@@ -52,6 +55,7 @@ from dp_fl.training import learners as learners_lib
 from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import policies as policies_lib
+from dp_fl.training import privacy as privacy_lib
 from dp_fl.training import registry
 from dp_fl.training import run_lock
 from dp_fl.training import task as task_lib
@@ -148,14 +152,27 @@ def _server_optimizer(config: config_lib.TrainingConfig):
   return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)
 
 
+def model_dimension(task: task_lib.Task) -> int:
+  """The number of trainable parameters of the task's model (the size of a model update)."""
+  model = task.keras_model_fn()
+  return int(sum(int(np.prod(w.shape)) for w in model.trainable_weights))
+
+
+def _dimension_kwargs(entry: registry.MechanismEntry,
+                      dimension: Optional[int]) -> dict[str, Any]:
+  return {"model_dimension": dimension} if entry.needs_model_dimension else {}
+
+
 def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int,
-                     noise_seed: Optional[int] = None):
+                     noise_seed: Optional[int] = None, dimension: Optional[int] = None):
   """The model aggregator of the run's mechanism (dp_fl.aggregators, via registry.py).
 
-  `noise_seed` None draws the noise seed from OS entropy (it is then only in the state).
+  `noise_seed` None draws the noise seed from OS entropy (it is then only in the state);
+  `dimension`: the model's number of parameters, for mechanisms that need it.
   """
-  return registry.mechanism(config.mechanism).aggregator(config, mechanism, num_clients,
-                                                         noise_seed)
+  entry = registry.mechanism(config.mechanism)
+  return entry.aggregator(config, mechanism, num_clients, noise_seed,
+                          **_dimension_kwargs(entry, dimension))
 
 
 def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
@@ -395,10 +412,15 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
 
   start = _open_run_directory(task, config)
   entry = registry.mechanism(config.mechanism)
+  if start.restored is not None and start.restored.round < config.rounds:
+    privacy_lib.record_resume(config.root_dir, start.restored.round)  # Before any re-run.
+  dimension = model_dimension(task) if entry.needs_model_dimension else None
   scheduler_seed, noise_seed = secret_seeds(config)
-  aggregator = build_aggregator(config, start.mechanism, start.num_clients, noise_seed)
+  aggregator = build_aggregator(config, start.mechanism, start.num_clients, noise_seed,
+                                dimension)
   scheduler = build_scheduler(config, start.num_clients, scheduler_seed)
-  accountant = entry.accountant(config, start.mechanism, start.num_clients)
+  accountant = entry.accountant(config, start.mechanism, start.num_clients,
+                                **_dimension_kwargs(entry, dimension))
   tf.keras.utils.set_random_seed(config.seed)
   process = build_learning_process(task, config, aggregator)
   state = process.initialize()
@@ -436,6 +458,14 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
     finally:
       learner.close()
       write_data_quality(task, config.root_dir, outputs)
+    unapplied = outcome.stopped == policies_lib.NONFINITE  # Computed, seen, not applied.
+    privacy_lib.record_stop(config.root_dir, outcome.rounds_done, clean=not unapplied)
+    if unapplied and entry.client_randomness:  # That release is charged now.
+      accountant = entry.accountant(config, start.mechanism, start.num_clients,
+                                    **_dimension_kwargs(entry, dimension))
+      report = accountant.report(participation.scheduler.realized())
+      outputs.privacy(outcome.rounds_done, report)
+      outcome = dataclasses.replace(outcome, report=report)
     return _finish(task, config, outcome, resumed_from, started, participation, outputs)
   finally:
     outputs.close()
@@ -500,18 +530,21 @@ def _run_summary(task: task_lib.Task, result: RunResult,
 
 def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
                                target_epsilon: float,
-                               num_clients: Optional[int] = None) -> float:
+                               num_clients: Optional[int] = None,
+                               dimension: Optional[int] = None) -> float:
   """σ such that the *planned* schedule reaches `target_epsilon` at `config.delta`.
 
   DP-FTRL: σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
   max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
   lower bound is known (never the lower bound); the report after training uses the realized
   participation instead. DP-FedAvg: the smallest z (bisection, RDP accountant) for T = rounds.
+  cpSGD: the Gaussian-equivalent σ of the smallest m (needs the model's `dimension`).
   """
   entry = registry.mechanism(config.mechanism)
   if entry.private:
     check_root_dir(config.root_dir)
-  return entry.calibrate(config, target_epsilon, num_clients)
+  return entry.calibrate(config, target_epsilon, num_clients,
+                         **_dimension_kwargs(entry, dimension))
 
 
 def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,

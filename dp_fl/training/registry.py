@@ -21,6 +21,7 @@ Imports of TensorFlow / TFF happen inside the methods that need them, so the con
 from __future__ import annotations
 
 import abc
+import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -54,6 +55,12 @@ class MechanismEntry(abc.ABC):
   description: str = ""
   private: bool = True
   weighting: str = UNIFORM  # UNIFORM: each client counts once; NUM_EXAMPLES: by its examples.
+  # The model's number of parameters is passed to aggregator, accountant and calibrate (as
+  # `model_dimension=`) when True.
+  needs_model_dimension: bool = False
+  # The clients draw private randomness (their own noise shares): runs are not bitwise
+  # reproducible, and a re-run round is a fresh release.
+  client_randomness: bool = False
   refused_participations: tuple[str, ...] = ()  # Variable-cohort schemes it cannot account.
 
   def check_config(self, config: "config_lib.TrainingConfig") -> None:
@@ -263,6 +270,112 @@ class NoNoiseEntry(MechanismEntry):
             expected_cohort(config, num_clients)))))
 
 
+class CpSgdEntry(MechanismEntry):
+  """cpSGD, Rot(s_k(Bin(m, p)), HA) with secure aggregation (paper 000, Sec. 4.3).
+
+  Its noise is set by m, the trials of each client's Bin(m, p) share: `--cpsgd_trials`, or
+  the smallest m whose noise in the sum has at least the std σζ of the Gaussian-equivalent
+  `--noise_multiplier` σ (which `--calibrate_epsilon` calibrates). Its analysis depends on the
+  model's dimension, which the program passes (`needs_model_dimension`).
+  """
+
+  name = "cpsgd"
+  description = "cpSGD: Rot(s_k(Bin(m, p)), HA), distributed Binomial noise (paper 000)"
+  needs_model_dimension = True
+  client_randomness = True
+  refused_participations = ("poisson", "cyclic_poisson", "balls_in_bins")
+
+  def check_config(self, config):
+    if config.participation in self.refused_participations:
+      raise ValueError(
+          f"--mechanism=cpsgd is accounted without amplification by sampling (paper 000 "
+          f"composes its rounds); --participation={config.participation} would suggest a "
+          "sampled guarantee it does not give. Use --participation=device_timer, "
+          "min_sep_rounds, uniform or cyclic.")
+    if config.on_nonfinite == "discard":
+      raise ValueError(
+          "--mechanism=cpsgd with --on_nonfinite=discard: the server sees every round's sum "
+          "(distributed DP trusts it with nothing else), so a discarded round is still "
+          "released and the ledger would not count it. Use --on_nonfinite=stop.")
+    if config.cpsgd_trials == 0:
+      raise ValueError("--cpsgd_trials=0 adds no noise (no privacy); use m >= 1, or "
+                       "--mechanism=clip for the non-private baseline.")
+    if config.cpsgd_trials is None:
+      super().check_config(config)
+
+  @staticmethod
+  def protocol(config, model_dimension: int, num_trials: Optional[int] = None):
+    """The run's `cpsgd.Protocol` for a model of `model_dimension` parameters."""
+    from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
+    if model_dimension is None:
+      raise ValueError("--mechanism=cpsgd needs the model's dimension (its analysis and "
+                       "X_max depend on it).")
+    x_max = config.cpsgd_x_max or cpsgd.rotated_x_max(
+        config.clip_norm, config.clients_per_round, model_dimension, config.delta)
+    spacing = 2.0 * x_max / (config.cpsgd_levels - 1)
+    if num_trials is None:
+      num_trials = config.cpsgd_trials
+    if num_trials is None:  # The smallest m with w √(n m p(1−p)) >= σζ.
+      per_trial = (spacing ** 2 * config.clients_per_round * config.cpsgd_p
+                   * (1.0 - config.cpsgd_p))
+      num_trials = max(1, math.ceil(
+          (config.noise_multiplier * config.clip_norm) ** 2 / per_trial * (1 - 1e-12)))
+    return cpsgd.Protocol(num_levels=config.cpsgd_levels, num_trials=int(num_trials),
+                          p=config.cpsgd_p, x_max=x_max, clip_norm=config.clip_norm)
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None, model_dimension=None):
+    from dp_fl.aggregators import cpsgd  # pylint: disable=g-import-not-at-top
+    del mechanism, num_clients
+    return cpsgd.CpSgdFactory(self.protocol(config, model_dimension),
+                              clients_per_round=config.clients_per_round, seed=noise_seed)
+
+  def accountant(self, config, mechanism, num_clients, model_dimension=None):
+    from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
+    del mechanism, num_clients
+    protocol = self.protocol(config, model_dimension)
+    return privacy_lib.BinomialAccountant(
+        protocol, cpsgd.padded_dimension(model_dimension),
+        cpsgd.secure_sum_bits(config.clients_per_round, protocol.num_levels,
+                              protocol.num_trials),
+        self.noise_multiplier(config, protocol), config.delta, config.checkpoint_every,
+        privacy_lib.count_rerun_releases(config.root_dir), scope=privacy_lib.distributed_scope(config))
+
+  @staticmethod
+  def noise_multiplier(config, protocol) -> float:
+    """σ of the Gaussian with the same noise std in the sum: w √(n m p(1−p)) / ζ."""
+    return protocol.noise_std_of_sum(config.clients_per_round) / config.clip_norm
+
+  def planned_participations(self, config) -> int:
+    """k of the planned schedule: --max_participations, else ⌈rounds / min_sep⌉."""
+    k = -(-config.rounds // config.min_sep)
+    return min(k, config.max_participations) if config.max_participations else k
+
+  def calibrate(self, config, target_epsilon, num_clients=None, model_dimension=None):
+    """σ (Gaussian-equivalent) of the smallest m whose ε for the planned schedule — k
+    participations, full cohorts of `clients_per_round` — is <= `target_epsilon`; with
+    `--cpsgd_trials` given, checks that its m reaches the target."""
+    from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+    from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
+    del num_clients
+    base = self.protocol(config, model_dimension, num_trials=1)
+    dimension = cpsgd.padded_dimension(model_dimension)
+    k = self.planned_participations(config)
+    args = (base.num_levels, base.p, base.x_max, base.clip_norm, dimension,
+            config.clients_per_round, k)
+    if config.cpsgd_trials is not None:
+      reached = cpsgd_accounting.composed_epsilon(
+          base.num_levels, config.cpsgd_trials, *args[1:], config.delta).epsilon
+      if reached > target_epsilon:
+        raise ValueError(
+            f"--cpsgd_trials={config.cpsgd_trials} gives ε = {reached:.4g} > the target "
+            f"{target_epsilon:g} for the planned schedule (k = {k}); drop --cpsgd_trials to "
+            "calibrate m, or raise it.")
+      trials = config.cpsgd_trials
+    else:
+      trials = cpsgd_accounting.trials_for_epsilon(*args, target_epsilon, config.delta)
+    return self.noise_multiplier(config, self.protocol(config, model_dimension, trials))
+
+
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:
   """The DP aggregators' fixed denominator: qN under Poisson sampling (DP-FedAvg, paper 001
   Alg. 1), else the report goal m (DP-FTRL, paper 004 Alg. 1)."""
@@ -278,6 +391,7 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
     DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description, optimize_for="max"),
     DpFedAvgEntry(),
+    CpSgdEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
     NoNoiseEntry("clip", "non-private: the DP estimator (updates clipped to ζ, summed, / the "
                  "fixed cohort) without the noise", clipped=True),

@@ -32,6 +32,8 @@ import asyncio
 import dataclasses
 from typing import Any, Optional, Sequence
 
+from dp_fl import runtime
+
 
 @dataclasses.dataclass(frozen=True)
 class RoundResult:
@@ -68,7 +70,6 @@ class ResidentProcess:
         context (use `dp_fl.runtime.execution_context()`).
     """
     from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.backends.native import compiler  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context  # pylint: disable=g-import-not-at-top
 
@@ -87,7 +88,7 @@ class ResidentProcess:
     self._state_type, self._data_type = parameter[0], parameter[1]
     self._parameter_names = [name for name, _ in structure.iter_elements(parameter)]
     self._output_types = [result[i] for i in range(1, len(result))]
-    self._compiled = compiler.desugar_and_transform_to_native(process.next)
+    self._compiled = runtime.compile_for_cpp_worker(process.next)
     self._loop = asyncio.new_event_loop()
     self._python_state = state
     self._remote_state = None

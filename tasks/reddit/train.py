@@ -61,6 +61,9 @@ PRESETS: dict[str, cli.Preset] = {
         per_mechanism={
             **{m: dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
                        min_sep=30) for m in ("blt", "bandmf", "two_band")},
+            # cpSGD is accounted without amplification: the device timer as DP-FTRL's.
+            "cpsgd": dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
+                          min_sep=30, cpsgd_levels=256),
             # Independent noise is run the way DP-SGD is (papers 003, 004): Poisson-sampled
             # (cyclic Poisson with one group) and amplified. Under the device timer (k = 2,
             # no amplification) it stays below unigram (0.057); amplified, σ 0.61 at ε = 8,

@@ -143,3 +143,24 @@ def test_from_bytes_rejects_garbage():
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_smallest_cohort_is_tracked_through_what_ifs_and_state():
+  # cpSGD's noise comes from the clients of a round: its accountant needs the smallest cohort.
+  ledger = ledger_lib.ParticipationLedger(10)
+  assert ledger.realized().min_cohort is None
+  for r, ids in enumerate(([0, 1, 2], [], [3, 4], [5, 6, 7, 8, 9])):
+    ledger.record(r, np.array(ids, dtype=np.int64))
+  assert ledger.realized().min_cohort == 2  # The empty round has no noise and no data.
+  assert ledger.realized_if(4, [0]).min_cohort == 1
+  assert ledger.realized_if(4, []).min_cohort == 2
+  restored = ledger_lib.ParticipationLedger.from_bytes(ledger.to_bytes())
+  assert restored.realized() == ledger.realized()
+  # A state written before the field existed: from the participation record.
+  meta, arrays = ledger.state_arrays()
+  del meta["min_cohort"]
+  assert ledger_lib.ParticipationLedger.from_state_arrays(meta, arrays).realized().min_cohort == 2
+  for name in ("record_ids", "record_rounds", "record_sizes"):
+    del arrays[name]
+  old = ledger_lib.ParticipationLedger.from_state_arrays(meta, arrays)
+  assert old.realized().min_cohort == 1  # No record: the least noise a round can have had.

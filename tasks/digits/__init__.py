@@ -1,0 +1,1 @@
+"""Handwritten digits with one example per client: paper 000's (cpSGD) learning experiment."""
