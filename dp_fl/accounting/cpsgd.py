@@ -27,8 +27,10 @@ rotated protocol. ε₀ is Thm. 1's (`binomial.binomial_mechanism_epsilon`), at 
 dimension, N = n·m.
 
 **Over rounds.** A client that took part in k rounds is covered by the better of basic
-composition, (k ε₀, 3k δ₀), and advanced composition (Dwork–Rothblum–Vadhan; paper 000,
-Sec. 3, cites it as Thm. 3.5 of its ref. [19]): (√(2k log(1/δ')) ε₀ + k ε₀ (e^ε₀ − 1),
+composition, (k ε₀, 3k δ₀), and advanced composition (Dwork, Rothblum & Vadhan 2010, valid
+for adaptive (ε, δ) mechanisms; paper 000, Sec. 3, points to the composition theorem of its
+ref. [19], Kairouz, Oh & Viswanath, whose optimal composition is tighter still):
+(√(2k log(1/δ')) ε₀ + k ε₀ (e^ε₀ − 1),
 3k δ₀ + δ'). We split a total δ as δ' = δ/2 and δ₀ = δ / (6k) (δ₀ = δ/(3k), δ' = 0, for basic
 composition), and take the smaller ε. The rounds are charged at the smallest cohort any round
 had (fewer reporting clients is less noise), k from the realized participation; sampling is

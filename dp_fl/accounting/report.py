@@ -477,7 +477,7 @@ class BinomialPrivacyReport:
             "with the shares of all clients whose messages it sums."),
         "formal_statement": (
             f"cpSGD satisfies (ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP for each "
-            f"client (per round ε₀ = {self.round_epsilon:.4g} at δ₀ = {self.round_delta:.3g})."
+            f"client (per round ε₀ = {self.round_epsilon:.4g}, charged δ {self.round_delta:.3g})."
             + "".join(f" Caveat: {c}" for c in self.caveats)),
     }
 
@@ -497,6 +497,7 @@ class BinomialPrivacyReport:
         ("participations per client k (of which re-run)",
          f"{self.participations} ({self.replayed_participations})"),
         (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}"),
-        ("per-round ε₀ (δ₀)", f"{self.round_epsilon:.6g} ({self.round_delta:.3g})"),
+        ("per-round ε₀ (δ charged per round, 3δ₀)",
+         f"{self.round_epsilon:.6g} ({self.round_delta:.3g})"),
     ]
     return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)

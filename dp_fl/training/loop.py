@@ -70,7 +70,8 @@ class TrainingLoop:
                accountant: Any, save_checkpoint: Callable[[int], Any],
                evaluate: Callable[[], dict[str, float]], outputs: Any, meter: Any,
                policies: Policies,
-               learning_rate_at: Callable[[int], float] = lambda r: float("nan")):
+               learning_rate_at: Callable[[int], float] = lambda r: float("nan"),
+               before_release: Optional[Callable[[int, int], None]] = None):
     """Args:
       rounds: the run's total rounds.
       rounds_done: rounds already applied (a resumed run's checkpoint round).
@@ -79,6 +80,8 @@ class TrainingLoop:
       evaluate: metrics of the current global model on held-out data.
       policies: the loop's decisions.
       learning_rate_at: the server learning rate of a 0-based round (written as a metric).
+      before_release: called with (round, cohort size) before a round is computed — for
+        mechanisms whose every computed round is a release (`privacy.record_release`).
     """
     self.rounds = rounds
     self.rounds_done = rounds_done
@@ -91,6 +94,7 @@ class TrainingLoop:
     self.meter = meter
     self.policies = policies
     self.learning_rate_at = learning_rate_at
+    self.before_release = before_release
     self.eval_metrics: dict[str, float] = {}
     self.evaluated_round: Optional[int] = None
     self.last_checkpoint = rounds_done
@@ -133,11 +137,14 @@ class TrainingLoop:
       if stop is not None:
         self.participation.withdraw(pending)
         return stop
+    if self.before_release is not None:
+      self.before_release(next_round, len(pending.client_ids))
     try:
       result, metrics = self.learner.next(pending.datasets)
     except BaseException:
-      # Nothing of the round was applied or released: its selection is withdrawn, so a
-      # checkpoint written on the way out records only committed rounds.
+      # Nothing of the round was applied (nor released, unless `before_release` says a
+      # computed round is): its selection is withdrawn, so a checkpoint written on the way
+      # out records only committed rounds.
       self.participation.withdraw(pending)
       raise
     verdict, message = self.policies.nonfinite.judge(next_round, metrics,

@@ -188,49 +188,53 @@ def distributed_scope(config: Any) -> Scope:
       "assumed": (
           "Clients that add their own shares and follow the participation rules; secure "
           "aggregation of the integer messages modulo 2^b (in this simulation TFF computes "
-          "that sum in the clear, as its test backend does, and nothing wraps); a round re-run "
-          "after a crash draws fresh shares, so the report charges every round that may have "
-          "been released twice (each resume after a crash: up to --checkpoint_every rounds; "
-          "a round computed but not applied: one)."),
+          "that sum in the clear, as its test backend does, and nothing wraps). Every computed "
+          "round is logged before it runs (releases.jsonl): a round re-run after a crash, or "
+          "computed and not applied, draws fresh shares and is charged as a further "
+          "participation of every client of it."),
   }
   return tuple((k, replaced.get(k, v)) for k, v in scope), caveats
 
 
 class BinomialAccountant(Accountant):
-  """cpSGD (paper 000): Thm. 1 per round at the smallest realized cohort, composed over each
-  client's realized participations plus those a resume may have released again."""
+  """cpSGD (paper 000): Thm. 1 per round at the smallest cohort, composed over each client's
+  realized participations plus every computed round the ledger does not count (the release
+  log, `releases_beyond_ledger`)."""
 
   def __init__(self, protocol: Any, dimension: int, secure_sum_bits: int,
-               noise_multiplier: float, delta: float, checkpoint_every: int,
-               resumes: int, scope: Scope = ((), ())):
+               noise_multiplier: float, delta: float, root_dir: str,
+               enforced_separation: int = 1, scope: Scope = ((), ())):
     """Args: protocol (`dp_fl.mechanisms.cpsgd.Protocol`), dimension d' the rotation acts on,
     secure_sum_bits b, noise_multiplier (Gaussian-equivalent, for the report), delta,
-    checkpoint_every (rounds a resume may re-run), resumes (releases the ledger may not
-    count, `count_rerun_releases`), scope."""
+    root_dir (its release log), enforced_separation (rounds the scheduler keeps between two
+    participations of a client; 1 when it keeps none), scope."""
     self._protocol = protocol
     self._dimension = dimension
     self._bits = secure_sum_bits
     self._sigma = noise_multiplier
     self._delta = delta
-    self._checkpoint_every = checkpoint_every
-    self._resumes = resumes
+    self._root_dir = root_dir
+    self._separation = max(1, int(enforced_separation))
     self._scope, self._caveats = scope
 
-  def _replayed(self, realized: ledger_lib.RealizedParticipation) -> int:
-    """Participations per client a resume may have released twice: each resume re-runs at
-    most `checkpoint_every` rounds, in which a client takes part at most ⌈K / b⌉ times."""
-    if not self._resumes:
-      return 0
-    window = self._checkpoint_every
-    b = realized.min_separation or window
-    return self._resumes * -(-window // b)
+  def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
+    """(participations per client the ledger does not count, their smallest cohort): a client
+    is in at most one of the extra releases of a round, and in rounds at least the enforced
+    separation apart."""
+    extra, smallest = releases_beyond_ledger(self._root_dir, realized.num_rounds)
+    if not extra:
+      return 0, None
+    span = max(extra) - min(extra) + 1
+    return max(extra.values()) * -(-span // self._separation), smallest
 
   def guarantee(self, realized: ledger_lib.RealizedParticipation):
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
-    k = realized.max_participations + self._replayed(realized)
+    unlogged, smallest = self._unlogged(realized)
+    cohorts = [c for c in (realized.min_cohort, smallest) if c]
     p = self._protocol
-    return cpsgd.composed_epsilon(p.num_levels, p.num_trials, p.p, p.x_max, p.clip_norm,
-                                  self._dimension, realized.min_cohort or 1, k, self._delta)
+    return cpsgd.composed_epsilon(
+        p.num_levels, p.num_trials, p.p, p.x_max, p.clip_norm, self._dimension,
+        min(cohorts) if cohorts else 1, realized.max_participations + unlogged, self._delta)
 
   def report(self, realized):
     from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -246,7 +250,8 @@ class BinomialAccountant(Accountant):
     return report_lib.BinomialPrivacyReport(
         mechanism="cpsgd", num_levels=p.num_levels, num_trials=p.num_trials, p=p.p,
         x_max=p.x_max, clip_norm=p.clip_norm, dimension=self._dimension, cohort=g.cohort,
-        participations=g.participations, replayed_participations=self._replayed(realized),
+        participations=g.participations,
+        replayed_participations=self._unlogged(realized)[0],
         rounds=realized.num_rounds, epsilon=g.epsilon, delta=self._delta,
         round_epsilon=(g.round_guarantee.epsilon if g.round_guarantee else math.inf),
         round_delta=g.round_delta, composition=g.composition,
@@ -260,51 +265,50 @@ class BinomialAccountant(Accountant):
     return self.guarantee(realized).epsilon
 
 
-RESUME_LOG = "resumes.jsonl"
-"""The run's calls, one line per event: `resumed` (from a checkpoint, before any round is
-re-run) and `stopped` (after the call's last checkpoint; `clean` unless a round was computed
-and not applied). Written for every run; counted only for mechanisms whose re-run rounds are
-fresh releases (`registry.MechanismEntry.client_randomness`)."""
+RELEASE_LOG = "releases.jsonl"
+"""For mechanisms whose every computed round is a release (cpSGD: the server sees each round's
+secure sum, and a re-computed round draws fresh shares): one line per round computed, written
+and synced before the round runs — across crashes, resumes and restarts of the run directory."""
 
 
-def _log_event(root_dir: str, event: dict) -> None:
+def record_release(root_dir: str, round_number: int, cohort: int) -> None:
+  """Logs (and syncs) that round `round_number` is about to be computed with `cohort` clients."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(root_dir, RESUME_LOG), "a", encoding="utf-8") as f:
-    f.write(json.dumps(event) + "\n")
+  with open(os.path.join(root_dir, RELEASE_LOG), "a", encoding="utf-8") as f:
+    f.write(json.dumps({"round": int(round_number), "cohort": int(cohort)}) + "\n")
     f.flush()
     os.fsync(f.fileno())
 
 
-def record_resume(root_dir: str, from_round: int) -> None:
-  """Logs (and syncs) that the run resumes from the checkpoint of `from_round`."""
-  _log_event(root_dir, {"event": "resumed", "from_round": int(from_round)})
+def releases_beyond_ledger(root_dir: str, rounds_applied: int
+                           ) -> tuple[dict[int, int], Optional[int]]:
+  """({round: releases the ledger does not count}, smallest cohort of those releases).
 
-
-def record_stop(root_dir: str, at_round: int, clean: bool) -> None:
-  """Logs that a call ended after checkpointing round `at_round`; `clean` False when a round
-  was computed but not applied (its result was released to the server all the same)."""
-  _log_event(root_dir, {"event": "stopped", "at_round": int(at_round), "clean": bool(clean)})
-
-
-def count_rerun_releases(root_dir: str) -> int:
-  """Releases the ledger may not count: each resume not preceded by a clean stop at its
-  round (the rounds after the last checkpoint may have run before), and each unclean stop
-  (a computed round that was not applied)."""
+  Round r was computed `count_r` times (the log); the ledger counts it once if r <=
+  `rounds_applied`. Every other computation of it — before a crash, a round that was not
+  applied, a fresh start over a run that crashed before its first checkpoint — was seen by the
+  server all the same.
+  """
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
-  path = os.path.join(root_dir, RESUME_LOG)
+  path = os.path.join(root_dir, RELEASE_LOG)
   if not os.path.exists(path):
-    return 0
+    return {}, None
+  counts: dict[int, int] = {}
+  cohorts: dict[int, list[int]] = {}
   with open(path, encoding="utf-8") as f:
-    events = [json.loads(line) for line in f if line.strip()]
-  charges, previous = 0, None
-  for event in events:
-    if event["event"] == "resumed":
-      clean_before = (previous is not None and previous["event"] == "stopped"
-                      and previous["clean"] and previous["at_round"] == event["from_round"])
-      charges += not clean_before
-    elif not event["clean"]:
-      charges += 1
-    previous = event
-  return charges
+    for line in f:
+      if line.strip():
+        event = json.loads(line)
+        counts[event["round"]] = counts.get(event["round"], 0) + 1
+        cohorts.setdefault(event["round"], []).append(event["cohort"])
+  extra, smallest = {}, None
+  for r, count in counts.items():
+    n_extra = count - (1 if r <= rounds_applied else 0)
+    if n_extra > 0:
+      extra[r] = n_extra
+      low = min(c for c in cohorts[r] if c > 0) if any(c > 0 for c in cohorts[r]) else None
+      if low is not None:
+        smallest = low if smallest is None else min(smallest, low)
+  return extra, smallest

@@ -23,8 +23,8 @@ from its own seeded streams, and client datasets must be deterministic. A run ki
 point and resumed from its latest checkpoint ends with the same model, bitwise, as an
 uninterrupted one (`tests/training/program_test.py`) — except where the clients draw private
 randomness (cpSGD's noise shares, `registry.MechanismEntry.client_randomness`): there a re-run
-round is a fresh release, which the accountant charges from the log of resumes
-(`privacy.record_resume`).
+round is a fresh release: every computed round is logged before it runs
+(`privacy.record_release`) and the accountant charges what the ledger does not count.
 
 Privacy bookkeeping: a round's cohort is recorded in the ledger only when the round is
 applied; a discarded round (non-finite result) uses no row of C and leaves no trace in the
@@ -412,8 +412,6 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
 
   start = _open_run_directory(task, config)
   entry = registry.mechanism(config.mechanism)
-  if start.restored is not None and start.restored.round < config.rounds:
-    privacy_lib.record_resume(config.root_dir, start.restored.round)  # Before any re-run.
   dimension = model_dimension(task) if entry.needs_model_dimension else None
   scheduler_seed, noise_seed = secret_seeds(config)
   aggregator = build_aggregator(config, start.mechanism, start.num_clients, noise_seed,
@@ -454,18 +452,13 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
           evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
           meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
           policies=_policies(task, config, rounds_done, max_rounds_this_call),
-          learning_rate_at=config.server_learning_rate_at).run()
+          learning_rate_at=config.server_learning_rate_at,
+          before_release=(
+              (lambda r, n: privacy_lib.record_release(config.root_dir, r, n))
+              if entry.client_randomness else None)).run()
     finally:
       learner.close()
       write_data_quality(task, config.root_dir, outputs)
-    unapplied = outcome.stopped == policies_lib.NONFINITE  # Computed, seen, not applied.
-    privacy_lib.record_stop(config.root_dir, outcome.rounds_done, clean=not unapplied)
-    if unapplied and entry.client_randomness:  # That release is charged now.
-      accountant = entry.accountant(config, start.mechanism, start.num_clients,
-                                    **_dimension_kwargs(entry, dimension))
-      report = accountant.report(participation.scheduler.realized())
-      outputs.privacy(outcome.rounds_done, report)
-      outcome = dataclasses.replace(outcome, report=report)
     return _finish(task, config, outcome, resumed_from, started, participation, outputs)
   finally:
     outputs.close()

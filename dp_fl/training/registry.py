@@ -337,8 +337,18 @@ class CpSgdEntry(MechanismEntry):
         protocol, cpsgd.padded_dimension(model_dimension),
         cpsgd.secure_sum_bits(config.clients_per_round, protocol.num_levels,
                               protocol.num_trials),
-        self.noise_multiplier(config, protocol), config.delta, config.checkpoint_every,
-        privacy_lib.count_rerun_releases(config.root_dir), scope=privacy_lib.distributed_scope(config))
+        self.noise_multiplier(config, protocol), config.delta, config.root_dir,
+        enforced_separation=self.enforced_separation(config),
+        scope=privacy_lib.distributed_scope(config))
+
+  @staticmethod
+  def enforced_separation(config) -> int:
+    """Rounds the scheduler keeps between two participations of a client (1: none)."""
+    if config.participation == "device_timer":
+      return max(1, math.floor(config.timer_hours / config.round_hours + 1e-9))
+    if config.participation == "min_sep_rounds":
+      return config.min_sep
+    return 1
 
   @staticmethod
   def noise_multiplier(config, protocol) -> float:
@@ -373,7 +383,12 @@ class CpSgdEntry(MechanismEntry):
       trials = config.cpsgd_trials
     else:
       trials = cpsgd_accounting.trials_for_epsilon(*args, target_epsilon, config.delta)
-    return self.noise_multiplier(config, self.protocol(config, model_dimension, trials))
+    sigma = self.noise_multiplier(config, self.protocol(config, model_dimension, trials))
+    # σ² ζ² / per-trial must give back at least m through `protocol`'s ceil (float rounding).
+    while self.protocol(config.replace(noise_multiplier=sigma, cpsgd_trials=None),
+                        model_dimension).num_trials < trials:
+      sigma = math.nextafter(sigma, math.inf)
+    return sigma
 
 
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:

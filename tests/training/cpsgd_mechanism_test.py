@@ -64,51 +64,49 @@ def test_trains_and_reports_epsilon_and_bits(tmp_path):
   assert "secure aggregation" in text and "bits per coordinate" in text
 
 
-def test_a_resume_after_a_crash_is_charged_as_a_second_release(tmp_path):
+def test_a_round_computed_before_a_crash_is_charged_as_a_second_release(tmp_path):
   task = toy_task.make_task()
   whole = program.run(task, _calibrated(task, tmp_path / "whole"))
-  # A clean pause (checkpoint, then the stop logged) and a resume: nothing was re-run.
+  # A clean pause (checkpoint after round 2) and a resume: nothing is computed twice.
   paused_config = _calibrated(task, tmp_path / "paused")
   assert program.run(task, paused_config, max_rounds_this_call=2).stopped == "paused"
   paused = program.run(task, paused_config)
   assert paused.resumed_from == 2 and paused.privacy_report.replayed_participations == 0
   assert paused.epsilon == whole.epsilon
-  # A crash after the checkpoint of round 2 (the process died before logging its stop, as a
-  # SIGKILL leaves it): the rounds after it may have run — fresh shares, a second release.
+  # A crash while round 3 was computed (its release logged, the process killed before the
+  # round was applied): the resume computes round 3 again with fresh shares.
   crashed_config = _calibrated(task, tmp_path / "crashed")
   program.run(task, crashed_config, max_rounds_this_call=2)
-  log = os.path.join(crashed_config.root_dir, privacy.RESUME_LOG)
-  with open(log, encoding="utf-8") as f:
-    lines = f.readlines()
-  assert json.loads(lines[-1])["event"] == "stopped"
-  with open(log, "w", encoding="utf-8") as f:
-    f.writelines(lines[:-1])
+  privacy.record_release(crashed_config.root_dir, 3, 4)
   crashed = program.run(task, crashed_config)
   assert crashed.resumed_from == 2
   assert crashed.privacy_report.cohort == whole.privacy_report.cohort
-  # checkpoint_every = 1: one round re-run at most, one more participation charged.
   assert crashed.privacy_report.replayed_participations == 1
   assert crashed.privacy_report.participations == whole.privacy_report.participations + 1
   assert crashed.epsilon > whole.epsilon
-  # Showing a finished run's results re-runs nothing and is not charged.
+  # Showing a finished run's results computes nothing and is not charged.
   again = program.run(task, crashed_config)
   assert again.epsilon == crashed.epsilon
+  # A crash in round 1 of a fresh run (no checkpoint): the restart's round 1 is charged too.
+  fresh_config = _calibrated(task, tmp_path / "fresh")
+  os.makedirs(fresh_config.root_dir, exist_ok=True)
+  privacy.record_release(fresh_config.root_dir, 1, 2)
+  fresh = program.run(task, fresh_config)
+  assert fresh.privacy_report.replayed_participations == 1
+  assert fresh.privacy_report.cohort == 2  # The smaller cohort of the lost computation.
 
 
-def test_rerun_releases_are_counted_from_the_log(tmp_path):
-  def count(*events):
-    path = tmp_path / privacy.RESUME_LOG
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    return privacy.count_rerun_releases(str(tmp_path))
+def test_releases_beyond_the_ledger_are_read_from_the_log(tmp_path):
+  def extra(rounds_applied, *events):
+    path = tmp_path / privacy.RELEASE_LOG
+    path.write_text("".join(json.dumps({"round": r, "cohort": c}) + "\n" for r, c in events))
+    return privacy.releases_beyond_ledger(str(tmp_path), rounds_applied)
 
-  resumed = lambda r: {"event": "resumed", "from_round": r}
-  stopped = lambda r, clean=True: {"event": "stopped", "at_round": r, "clean": clean}
-  assert privacy.count_rerun_releases(str(tmp_path / "none")) == 0
-  assert count(stopped(5), resumed(5), stopped(9)) == 0        # Pause, resume.
-  assert count(stopped(5), resumed(4)) == 1                    # Resumed from an older one.
-  assert count(resumed(5)) == 1                                # No stop logged: a crash.
-  assert count(stopped(5), resumed(5), resumed(5)) == 1        # Crashed again before a stop.
-  assert count(stopped(5, clean=False)) == 1                   # A round computed, not applied.
+  assert privacy.releases_beyond_ledger(str(tmp_path / "none"), 5) == ({}, None)
+  assert extra(3, (1, 4), (2, 4), (3, 4)) == ({}, None)               # Each once, applied.
+  assert extra(3, (1, 4), (2, 4), (3, 3), (3, 4)) == ({3: 1}, 3)      # Round 3 twice.
+  assert extra(2, (1, 4), (2, 4), (3, 2)) == ({3: 1}, 2)              # Computed, not applied.
+  assert extra(2, (1, 4), (1, 4), (1, 1), (2, 4)) == ({1: 2}, 1)
 
 
 def test_calibration_gives_the_smallest_trials(tmp_path):
