@@ -28,13 +28,7 @@ from typing import Optional
 import numpy as np
 
 from dp_fl import _checks
-
-
-def clip_per_example(gradients: np.ndarray, clip_norm: float) -> np.ndarray:
-  """Each per-example gradient (the last axis) scaled to L2 norm <= C."""
-  clip_norm = _checks.check_positive("clip_norm", clip_norm)
-  norms = np.linalg.norm(gradients, axis=-1, keepdims=True)
-  return gradients * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
+from dp_fl.mechanisms import cpsgd
 
 
 def private_gradients(per_example: np.ndarray, clip_norm: float, noise_multiplier: float,
@@ -55,7 +49,7 @@ def private_gradients(per_example: np.ndarray, clip_norm: float, noise_multiplie
     raise ValueError(f"per-example gradients must be (workers, batch, dimension); got shape "
                      f"{per_example.shape}.")
   sigma = _checks.check_nonnegative("noise_multiplier", noise_multiplier)
-  summed = clip_per_example(per_example, clip_norm).sum(axis=1)
+  summed = cpsgd.clip_l2(per_example, clip_norm).sum(axis=1)
   if sigma:
     if rng is None:
       raise ValueError("private_gradients with noise needs a generator (`rng`).")

@@ -222,7 +222,9 @@ class Protocol:
 
 
 def clip_l2(vectors: np.ndarray, clip_norm: float) -> np.ndarray:
-  """Each row scaled to L2 norm <= `clip_norm`."""
+  """Each vector (the last axis) scaled to L2 norm <= `clip_norm` (cpSGD's client clipping,
+  DP-SGD's per-example clipping)."""
+  clip_norm = _checks.check_positive("clip_norm", clip_norm)
   norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
   return vectors * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
 

@@ -260,8 +260,7 @@ def _train(args: argparse.Namespace,
   print(task.description, flush=True)
   if target_epsilon is not None and config.is_private:
     config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-        config, target_epsilon, len(task.train_data.client_ids),
-        program.model_dimension(task)))
+        config, target_epsilon, len(task.train_data.client_ids), task))
     print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
           f"{target_epsilon:g} at δ = {config.delta:g} for the planned schedule",
           flush=True)

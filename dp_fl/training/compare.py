@@ -109,7 +109,7 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
       # participation caches its Monte Carlo release: a rerun finds the same σ there.
       base = base.replace(noise_multiplier=program.calibrate_noise_multiplier(
           base.replace(root_dir=first_dir), target_epsilon, len(task.train_data.client_ids),
-          program.model_dimension(task)))
+          task))
     grid = []
     if validation is not None:
 

@@ -9,7 +9,9 @@ The mechanism registry (`registry.py`) picks the accountant of each `--mechanism
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any, Optional
 
 from dp_fl.accounting import dpfedavg
@@ -216,16 +218,22 @@ class BinomialAccountant(Accountant):
     self._root_dir = root_dir
     self._separation = max(1, int(enforced_separation))
     self._scope, self._caveats = scope
+    self._unlogged_cache: tuple[Any, tuple[int, Optional[int]]] = (None, (0, None))
 
   def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
     """(participations per client the ledger does not count, their smallest cohort): a client
     is in at most one of the extra releases of a round, and in rounds at least the enforced
-    separation apart."""
-    extra, smallest = releases_beyond_ledger(self._root_dir, realized.num_rounds)
-    if not extra:
-      return 0, None
-    span = max(extra) - min(extra) + 1
-    return max(extra.values()) * -(-span // self._separation), smallest
+    separation apart. The log is read again only when it or the ledger changed (this runs
+    every round)."""
+    path = os.path.join(self._root_dir, RELEASE_LOG)
+    key = (os.path.getsize(path) if os.path.exists(path) else 0, realized.num_rounds)
+    if key != self._unlogged_cache[0]:
+      extra, smallest = releases_beyond_ledger(self._root_dir, realized.num_rounds)
+      span = max(extra) - min(extra) + 1 if extra else 0
+      value = ((max(extra.values()) * -(-span // self._separation), smallest) if extra
+               else (0, None))
+      self._unlogged_cache = (key, value)
+    return self._unlogged_cache[1]
 
   def guarantee(self, realized: ledger_lib.RealizedParticipation):
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
@@ -273,8 +281,6 @@ and synced before the round runs — across crashes, resumes and restarts of the
 
 def record_release(root_dir: str, round_number: int, cohort: int) -> None:
   """Logs (and syncs) that round `round_number` is about to be computed with `cohort` clients."""
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
   with open(os.path.join(root_dir, RELEASE_LOG), "a", encoding="utf-8") as f:
     f.write(json.dumps({"round": int(round_number), "cohort": int(cohort)}) + "\n")
     f.flush()
@@ -290,25 +296,20 @@ def releases_beyond_ledger(root_dir: str, rounds_applied: int
   applied, a fresh start over a run that crashed before its first checkpoint — was seen by the
   server all the same.
   """
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
   path = os.path.join(root_dir, RELEASE_LOG)
   if not os.path.exists(path):
     return {}, None
   counts: dict[int, int] = {}
-  cohorts: dict[int, list[int]] = {}
+  smallest_cohort: dict[int, int] = {}  # Of each round's non-empty computations.
   with open(path, encoding="utf-8") as f:
     for line in f:
       if line.strip():
         event = json.loads(line)
-        counts[event["round"]] = counts.get(event["round"], 0) + 1
-        cohorts.setdefault(event["round"], []).append(event["cohort"])
-  extra, smallest = {}, None
-  for r, count in counts.items():
-    n_extra = count - (1 if r <= rounds_applied else 0)
-    if n_extra > 0:
-      extra[r] = n_extra
-      low = min(c for c in cohorts[r] if c > 0) if any(c > 0 for c in cohorts[r]) else None
-      if low is not None:
-        smallest = low if smallest is None else min(smallest, low)
-  return extra, smallest
+        r, cohort = event["round"], event["cohort"]
+        counts[r] = counts.get(r, 0) + 1
+        if cohort > 0:
+          smallest_cohort[r] = min(smallest_cohort.get(r, cohort), cohort)
+  extra = {r: count - (r <= rounds_applied) for r, count in counts.items()
+           if count - (r <= rounds_applied) > 0}
+  cohorts = [smallest_cohort[r] for r in extra if r in smallest_cohort]
+  return extra, (min(cohorts) if cohorts else None)

@@ -524,18 +524,19 @@ def _run_summary(task: task_lib.Task, result: RunResult,
 def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
                                target_epsilon: float,
                                num_clients: Optional[int] = None,
-                               dimension: Optional[int] = None) -> float:
+                               task: Optional[task_lib.Task] = None) -> float:
   """σ such that the *planned* schedule reaches `target_epsilon` at `config.delta`.
 
   DP-FTRL: σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
   max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
   lower bound is known (never the lower bound); the report after training uses the realized
   participation instead. DP-FedAvg: the smallest z (bisection, RDP accountant) for T = rounds.
-  cpSGD: the Gaussian-equivalent σ of the smallest m (needs the model's `dimension`).
+  cpSGD: the Gaussian-equivalent σ of the smallest m (needs the `task`: its model's dimension).
   """
   entry = registry.mechanism(config.mechanism)
   if entry.private:
     check_root_dir(config.root_dir)
+  dimension = model_dimension(task) if entry.needs_model_dimension and task else None
   return entry.calibrate(config, target_epsilon, num_clients,
                          **_dimension_kwargs(entry, dimension))
 

@@ -7,6 +7,7 @@ import pytest
 
 from dp_fl.decentralized import graphs
 from dp_fl.decentralized import updates
+from dp_fl.mechanisms import cpsgd
 
 M, D, L = 5, 7, 4
 
@@ -57,10 +58,10 @@ def test_dpsgd_with_complete_uniform_mixing_is_synchronous_averaged_sgd():
 def test_per_example_clipping_bounds_each_examples_contribution():
   rng = np.random.default_rng(3)
   per_example = rng.normal(scale=5.0, size=(M, L, D))
-  clipped = updates.clip_per_example(per_example, 1.5)
+  clipped = cpsgd.clip_l2(per_example, 1.5)
   assert np.all(np.linalg.norm(clipped, axis=-1) <= 1.5 + 1e-12)
   small = rng.normal(scale=1e-3, size=(M, L, D))
-  np.testing.assert_array_equal(updates.clip_per_example(small, 1.5), small)
+  np.testing.assert_array_equal(cpsgd.clip_l2(small, 1.5), small)
   # One example changed arbitrarily moves a worker's noiseless gradient by <= 2C / L.
   other = per_example.copy()
   other[0, 0] = 1e6

@@ -34,8 +34,7 @@ def _config(root_dir, rounds=6, **overrides):
 def _calibrated(task, root_dir, epsilon=8.0, **overrides):
   config = _config(root_dir, **overrides)
   sigma = program.calibrate_noise_multiplier(config, epsilon,
-                                             len(task.train_data.client_ids),
-                                             program.model_dimension(task))
+                                             len(task.train_data.client_ids), task)
   return config.replace(noise_multiplier=sigma)
 
 
@@ -124,7 +123,7 @@ def test_calibration_gives_the_smallest_trials(tmp_path):
   assert eps[1] <= 4.0 < eps[0]
   with pytest.raises(ValueError, match="--cpsgd_trials=1 gives ε"):
     program.calibrate_noise_multiplier(_config(tmp_path / "b", cpsgd_trials=1), 4.0, 10,
-                                       dimension)
+                                       task)
 
 
 @pytest.mark.parametrize("overrides,match", [
