@@ -17,6 +17,7 @@ from dp_fl.mechanisms import cpsgd as cpsgd_math
 from dp_fl.training import privacy
 from dp_fl.training import program
 from dp_fl.training import registry
+from tests.training import privacy_audit
 from tests.training import toy_program
 from tests.training import toy_task
 
@@ -93,6 +94,29 @@ def test_a_round_computed_before_a_crash_is_charged_as_a_second_release(tmp_path
   fresh = program.run(task, fresh_config)
   assert fresh.privacy_report.replayed_participations == 1
   assert fresh.privacy_report.cohort == 2  # The smaller cohort of the lost computation.
+
+
+@pytest.mark.parametrize("participation", ["min_sep_rounds", "uniform"])
+def test_the_report_bounds_an_independent_audit_after_crashes(tmp_path, participation):
+  # Crashes while rounds 3, 5 and 8 were computed (their releases logged, nothing applied),
+  # each followed by a resume that computes the round again: the audit counts, client by
+  # client from the checkpoint's participation record, every computation it took part in.
+  task = toy_task.make_task()
+  config = _calibrated(task, tmp_path / "run", rounds=8, participation=participation)
+  program.run(task, config, max_rounds_this_call=2)
+  privacy.record_release(config.root_dir, 3, 4)
+  program.run(task, config, max_rounds_this_call=2)
+  privacy.record_release(config.root_dir, 5, 3)
+  program.run(task, config, max_rounds_this_call=3)
+  privacy.record_release(config.root_dir, 8, 4)
+  result = program.run(task, config)
+  audit = privacy_audit.audit_cpsgd_run(task, config)
+  assert audit["participations"] > 1 and audit["cohort"] == 3
+  report = audit["reported"]
+  assert report["participations"] >= audit["participations"]
+  assert report["cohort"] <= audit["cohort"]
+  assert report["epsilon"] >= audit["true_epsilon"] * (1 - 1e-12)
+  assert result.epsilon == pytest.approx(report["epsilon"])
 
 
 def test_releases_beyond_the_ledger_are_read_from_the_log(tmp_path):

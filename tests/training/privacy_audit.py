@@ -209,3 +209,45 @@ def check_claim(audit: Audit) -> None:
     assert reported["sensitivity"] >= audit.true_sensitivity * (1 - 1e-9)
   assert reported["epsilon"] >= audit.true_epsilon * (1 - 1e-9), (
       f"reported ε {reported['epsilon']} < true ε {audit.true_epsilon}")
+
+
+def audit_cpsgd_run(task, config) -> dict[str, Any]:
+  """An independent audit of a cpSGD run's claim from its checkpoint and release log.
+
+  Every computation of a round is a release (the clients' shares are fresh each time). A
+  resumed scheduler re-draws a lost round's cohort exactly, so each client of an applied row
+  took part once per logged computation of that round; computations of rounds never applied
+  are charged to every client. Returns the truth under that model: the most participations of
+  any client (brute force over clients), the smallest cohort of any computation, the ε they
+  imply, and the report.
+  """
+  from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+  from dp_fl.mechanisms import cpsgd as cpsgd_math  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import privacy  # pylint: disable=g-import-not-at-top
+  restored = checkpoints_lib.CheckpointManager(
+      os.path.join(config.root_dir, "checkpoints")).restore_latest()
+  ledger = participation_checkpoint.restore_scheduler(restored.blobs["scheduler"]).ledger
+  computations: dict[int, list[int]] = {}  # 1-based round -> cohort of each computation.
+  log = os.path.join(config.root_dir, privacy.RELEASE_LOG)
+  with open(log, encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        event = json.loads(line)
+        computations.setdefault(event["round"], []).append(event["cohort"])
+  unapplied = sum(len(c) for r, c in computations.items() if r > ledger.num_rounds)
+  participations = max(
+      sum(len(computations.get(row + 1, [None])) for row in rows) + unapplied
+      for rows in ledger.participation_patterns().values())
+  cohorts = [c for cohort_list in computations.values() for c in cohort_list if c > 0]
+  cohorts += [ledger.round_clients(r).size for r in range(ledger.num_rounds)
+              if ledger.round_clients(r).size]
+  dimension = program.model_dimension(task)
+  protocol = registry.mechanism("cpsgd").protocol(config, dimension)
+  true_epsilon = cpsgd_accounting.composed_epsilon(
+      protocol.num_levels, protocol.num_trials, protocol.p, protocol.x_max, protocol.clip_norm,
+      cpsgd_math.padded_dimension(dimension), min(cohorts), participations,
+      config.delta).epsilon
+  with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
+    reported = json.load(f)
+  return {"participations": participations, "cohort": min(cohorts),
+          "true_epsilon": true_epsilon, "reported": reported}
