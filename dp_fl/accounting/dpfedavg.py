@@ -178,14 +178,19 @@ def pld_epsilon(sampling_probability: float, noise_multiplier: float, rounds: in
   return float(accountant.get_epsilon(_checks.check_delta(delta)))
 
 
-def rdp_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
-                delta: float) -> tuple[float, float]:
-  """ε at δ and the optimal order by dp_accounting's RDP accountant (default orders)."""
-  event = dp_event(sampling_probability, noise_multiplier, rounds)
+def event_rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float, float]:
+  """ε at δ and the optimal order of any dp_accounting event by its RDP accountant (default
+  orders)."""
   accountant = rdp_privacy_accountant.RdpAccountant()
   accountant.compose(event)
   eps, order = accountant.get_epsilon_and_optimal_order(_checks.check_delta(delta))
   return float(eps), float(order)
+
+
+def rdp_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
+                delta: float) -> tuple[float, float]:
+  """ε at δ and the optimal order by dp_accounting's RDP accountant (default orders)."""
+  return event_rdp_epsilon(dp_event(sampling_probability, noise_multiplier, rounds), delta)
 
 
 @dataclasses.dataclass(frozen=True)

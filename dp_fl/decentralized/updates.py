@@ -32,14 +32,18 @@ from dp_fl.mechanisms import cpsgd
 
 
 def private_gradients(per_example: np.ndarray, clip_norm: float, noise_multiplier: float,
-                      rng: Optional[np.random.Generator]) -> np.ndarray:
+                      rng: Optional[np.random.Generator],
+                      denominator: Optional[float] = None) -> np.ndarray:
   """DP-SGD's noisy mean per worker: (Σ_j clip(g_j) + N(0, σ²C² I)) / L.
 
   Args:
-    per_example: (m, L, d) per-example gradients of the m workers' batches.
+    per_example: (m, L, d) per-example gradients of the m workers' batches (rows of zeros for
+      examples a Poisson sample did not draw).
     clip_norm: C.
     noise_multiplier: σ (0: clipping only).
     rng: the noise's generator (None only when σ = 0).
+    denominator: L; default the batch axis' length. Poisson batches divide by their expected
+      size, a constant, so the sensitivity stays C / L.
 
   Returns:
     (m, d) privatized gradients.
@@ -54,7 +58,9 @@ def private_gradients(per_example: np.ndarray, clip_norm: float, noise_multiplie
     if rng is None:
       raise ValueError("private_gradients with noise needs a generator (`rng`).")
     summed = summed + rng.normal(0.0, sigma * clip_norm, size=summed.shape)
-  return summed / per_example.shape[1]
+  if denominator is None:
+    denominator = per_example.shape[1]
+  return summed / _checks.check_positive("denominator", denominator)
 
 
 def leader_follower_pools(losses: np.ndarray, num_leaders: Optional[int] = None

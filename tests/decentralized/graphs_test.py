@@ -68,3 +68,7 @@ def test_bad_inputs_fail_clearly():
     graphs.check_mixing_matrix(np.array([[0.6, 0.4], [0.4, 0.5]]))
   with pytest.raises(ValueError, match="non-negative"):
     graphs.check_mixing_matrix(np.array([[1.5, -0.5], [-0.5, 1.5]]))
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

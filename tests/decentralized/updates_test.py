@@ -90,3 +90,7 @@ def test_pools_and_pairing_follow_the_paper():
     updates.elastic_mixing([(1, 0), (1, 4)], 5, 0.1)
   with pytest.raises(ValueError, match="<= 1"):
     updates.elastic_mixing([(1, 0)], 5, 1.5)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
