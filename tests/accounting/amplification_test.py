@@ -184,3 +184,7 @@ def test_bandmf_column_norm_is_one_and_dpsgd_cyclic_poisson_is_dpfedavg():
                                            num_groups=1, rounds=50, delta=1e-5)
   reference = dpfedavg.dpfedavg_epsilon(1000, 100, 1.2, 50, 1e-5, method=dpfedavg.PLD)
   assert g.epsilon == pytest.approx(reference.epsilon, rel=1e-9)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -92,3 +92,7 @@ def test_huge_per_round_epsilon_composes_without_overflow():
   assert g.composition == "basic" and math.isfinite(g.epsilon) and g.epsilon > 700
   m = cpsgd.trials_for_epsilon(256, 0.5, x_max, 1.0, 16384, 100, 3, 8.0, 1e-9)
   assert cpsgd.composed_epsilon(256, m, 0.5, x_max, 1.0, 16384, 100, 3, 1e-9).epsilon <= 8.0
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -128,3 +128,7 @@ def test_bad_value_types_and_settings_fail_clearly():
     cpsgd.CpSgdFactory(_protocol(k=2 ** 30, m=2 ** 60), clients_per_round=1000)
   with pytest.raises(ValueError, match="zeroing_norm"):
     cpsgd.CpSgdFactory(_protocol(), clients_per_round=4, zeroing_norm=0.5)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

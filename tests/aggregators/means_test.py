@@ -59,3 +59,7 @@ def test_fixed_denominator_divides_by_the_report_goal_whatever_the_cohort():
 def test_bad_fixed_denominator_is_refused(bad):
   with pytest.raises(ValueError, match="fixed_denominator"):
     means.cohort_mean_factory(bad)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

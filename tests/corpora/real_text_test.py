@@ -189,3 +189,7 @@ def test_script_refuses_an_out_dir_that_is_a_file(tmp_path, capsys):
   target.write_text("x")
   assert build_real_text_corpus.main(["--out_dir", str(target)]) == 2
   assert "--out_dir" in capsys.readouterr().err
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -163,3 +163,7 @@ def test_sklearn_digits_shapes_and_public_split():
                                 np.sort(full.view([("", float)] * 64), axis=0))
   with pytest.raises(ValueError, match="test_fraction"):
     data.load_sklearn_digits(1.5)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

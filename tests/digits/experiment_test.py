@@ -162,3 +162,7 @@ def test_bad_flags_name_the_flag_and_exit_2_or_3(flags, message, capsys):
   err = capsys.readouterr().err
   assert code in (2, 3), err
   assert message in err and "Traceback" not in err
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

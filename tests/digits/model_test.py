@@ -47,3 +47,7 @@ def test_bad_layer_sizes():
     model.Mlp((64,))
   with pytest.raises(ValueError, match=r"layer_sizes\[1\]"):
     model.Mlp((64, 0, 10))
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -120,3 +120,7 @@ def test_protocol_rejects_bad_parameters():
     cpsgd.Protocol(2, 1, 1.0, 1.0, 1.0)
   with pytest.raises(ValueError, match="x_max"):
     cpsgd.Protocol(2, 1, 0.5, 0.0, 1.0)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

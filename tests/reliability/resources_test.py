@@ -377,3 +377,7 @@ def test_format_helpers():
   assert resources.format_seconds(45) == "45 s"
   assert resources.format_seconds(5400) == "90 min"
   assert resources.format_seconds(2 * 86400) == "2 days"
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

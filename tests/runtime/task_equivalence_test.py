@@ -69,3 +69,7 @@ def test_both_runtimes_agree_on_the_real_tasks(tasks, tmp_path, task_name, mecha
       np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     for a, b in zip(_leaves(expected.metrics), _leaves(mapreduce.output(got.output))):
       np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

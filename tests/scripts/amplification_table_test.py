@@ -60,3 +60,7 @@ def test_outputs_json_markdown_and_png(tiny):
 def test_too_few_samples_is_a_clear_error(capsys):
   assert table_lib.main(["--mc_samples", "10"]) == 2
   assert "--mc_samples=10" in capsys.readouterr().err
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -190,3 +190,7 @@ def test_malformed_list_is_an_argparse_error(capsys):
     cpsgd_dme.main(["--epsilons", "one,two"])
   assert exit_info.value.code == 2
   assert "--epsilons" in capsys.readouterr().err
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

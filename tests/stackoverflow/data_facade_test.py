@@ -53,3 +53,7 @@ def test_data_modules_import_neither_the_facade_nor_the_generator(module):
   imported = _package_imports(module)
   assert "data" not in imported
   assert "synthetic" not in imported
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -163,3 +163,7 @@ def test_a_failed_verification_falls_back_on_the_unamplified_sigma_also_on_resum
   assert len(calls) == 1
   result = program.run(task, config, progress_stream=_QUIET)
   assert result.rounds_completed == 12 and result.epsilon <= 6.0 * (1 + 1e-9)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -209,3 +209,7 @@ def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
   for run in again["runs"]:
     with open(os.path.join(run["root_dir"], "metrics", "train.csv")) as f:
       assert len(f.read().strip().splitlines()) == 1 + 4  # Header + 4 rounds, not 8.
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -167,3 +167,7 @@ def test_bad_parameters_name_the_flag(tmp_path):
                       ("cpsgd_trials", -3)):
     with pytest.raises(ValueError, match=name):
       _config(tmp_path, **{name: value})
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -135,3 +135,7 @@ def test_the_command_rewrites_the_figures(tmp_path, capsys):
   root = _run_dir(tmp_path)
   assert figures.main([root]) == 0
   assert os.path.join(root, "report.md") in capsys.readouterr().out
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -97,3 +97,7 @@ def test_clip_mechanism_is_the_clipped_mean_without_noise(tmp_path):
   np.testing.assert_allclose(output.result, np.array([0.0, -1.0]) / 3, rtol=1e-6)
   assert output.measurements["nonfinite"]["zeroed_count"] == 1
   assert output.measurements["nonfinite_count"] == 1
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

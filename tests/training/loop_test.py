@@ -528,3 +528,7 @@ def test_a_non_private_run_shows_the_same_epsilon_on_every_progress_line():
   training.run()
   shown = {line.split("eps ")[1].split()[0] for line in parts["outputs"].lines}
   assert shown == {"inf"}
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -129,3 +129,7 @@ def test_needs_an_executor_backed_context(tmp_path):
   with context_stack_impl.context_stack.install(runtime_error_context.RuntimeErrorContext()):
     with pytest.raises(RuntimeError, match="execution_context"):
       resident_lib.ResidentProcess(process, state)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

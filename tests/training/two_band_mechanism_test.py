@@ -127,3 +127,7 @@ def test_trains_reports_epsilon_and_resumes_bitwise(tmp_path):
     assert x.dtype == y.dtype and np.array_equal(x, y)
   assert a.blobs["scheduler"] == b.blobs["scheduler"]
   assert resumed.epsilon == whole.epsilon
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -120,3 +120,7 @@ def test_sigterm_checkpoints_and_exits_on_xla(tmp_path):
   result = json.loads(out.strip().splitlines()[-1])
   assert result["stopped"] == "signal"
   assert _latest(tmp_path).round == result["rounds_completed"]
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
