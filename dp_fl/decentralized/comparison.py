@@ -79,7 +79,10 @@ def claims(results: dict[str, dict[str, Any]], m: int,
     horizon = early_fraction * lea["iterations_done"]
 
     def early(result):
-      rows = [r["train_loss"] for r in result["history"] if 0 < r["iteration"] <= horizon]
+      later = [r for r in result["history"] if r["iteration"] > 0]
+      # At least the first evaluation after the start (an eval_every beyond the window).
+      rows = [r["train_loss"] for r in later if r["iteration"] <= horizon] or [
+          r["train_loss"] for r in later[:1]]
       return sum(rows) / len(rows) if rows else math.nan
 
     out["faster_early_convergence"] = {

@@ -108,5 +108,19 @@ def test_bad_flags_exit_2_with_the_flag_named(flags, message, capsys):
   assert message in err and "Traceback" not in err
 
 
+
+def test_the_early_window_uses_the_first_evaluation_when_none_falls_inside():
+  def result(losses):
+    history = [{"iteration": i * 10, "train_loss": v, "vectors_per_worker": 2.0 * i}
+               for i, v in enumerate(losses)]
+    return {"iterations_done": 20, "history": history,
+            "final": {"train_loss": losses[-1]}}
+  results = {comparison.run_name("leasgd", 3, False): result([2.0, 1.0, 0.5]),
+             comparison.run_name("d_psgd", 3, False): result([2.0, 1.5, 0.6])}
+  found = comparison.claims(results, 3)["faster_early_convergence"]
+  assert found["leasgd_mean_loss"] == 1.0 and found["d_psgd_mean_loss"] == 1.5
+  assert found["holds"]
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
