@@ -380,20 +380,19 @@ def _load_checkpoint(path: str, settings: Settings
   try:
     with np.load(path, allow_pickle=False) as saved:
       stored = json.loads(str(saved["settings"]))
-      if _comparable(stored) != _comparable(settings.to_json()):
-        changed = sorted(k for k in _comparable(stored)
-                         if stored.get(k) != settings.to_json().get(k))
-        raise ValueError(f"{path} was written with other settings ({', '.join(changed)} "
-                         "differ); resume with the same flags or use another --out_dir.")
       counters = saved["counters"]
       state = State(saved["weights"], int(saved["iteration"]), saved["leaders"],
                     saved["followers"], int(counters[0]), int(counters[1]), int(counters[2]))
-      return state, saved["key"], json.loads(str(saved["history"]))
-  except (OSError, KeyError, ValueError, json.JSONDecodeError) as e:
-    if isinstance(e, ValueError) and "other settings" in str(e):
-      raise
+      key, history = saved["key"], json.loads(str(saved["history"]))
+  except (OSError, KeyError, ValueError) as e:  # json.JSONDecodeError is a ValueError
     raise ValueError(f"{path} is not a readable decentralized checkpoint ({e}); delete it to "
                      "start the run again.") from e
+  current = settings.to_json()
+  if _comparable(stored) != _comparable(current):
+    changed = sorted(k for k in _comparable(stored) if stored.get(k) != current.get(k))
+    raise ValueError(f"{path} was written with other settings ({', '.join(changed)} differ); "
+                     "resume with the same flags or use another --out_dir.")
+  return state, key, history
 
 
 def train(settings: Settings, shards: Shards, run_dir: Optional[str] = None, *,

@@ -25,6 +25,7 @@ knowing the seed can remove the noise: research runs only).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -120,7 +121,7 @@ def _out_dir(text: str) -> Optional[str]:
 
 def base_settings(args: argparse.Namespace) -> training.Settings:
   model = args.model or ("cnn" if args.dataset == "cifar10" else "mlp")
-  names = [f.name for f in training.dataclasses.fields(training.Settings)]
+  names = [f.name for f in dataclasses.fields(training.Settings)]
   values = {k: getattr(args, k) for k in names if hasattr(args, k) and k != "num_workers"}
   settings = training.Settings(**{**values, "algorithm": training.LEASGD, "num_workers": 2,
                                   "model": model, "private": True})
