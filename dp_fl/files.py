@@ -73,3 +73,15 @@ def build_once(path: str, build: Callable[[str], Any]) -> str:
     if not os.path.exists(path):
       build(path)
   return path
+
+
+def workspace_path(path: str) -> str:
+  """`path` made absolute against the repository a binary was started for.
+
+  `bazel run` starts binaries in their runfiles tree and names the user's checkout in
+  BUILD_WORKSPACE_DIRECTORY; `python -m` runs from the checkout itself. Absolute paths are
+  returned unchanged.
+  """
+  if os.path.isabs(path):
+    return path
+  return os.path.join(os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.getcwd()), path)

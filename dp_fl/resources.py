@@ -121,6 +121,18 @@ def set_budgets_from_flags(memory_budget_gb: Optional[float],
   set_budgets(memory, seconds)
 
 
+def with_budget_flags(args: Any, body: Callable[[], Any]) -> Callable[[], Any]:
+  """`body` run under the --memory_budget_gb / --time_budget_hours of `args` (flags added by
+  `add_budget_flags`), the default budgets restored after (in-process callers: tests)."""
+  def run() -> Any:
+    try:
+      set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
+      return body()
+    finally:
+      set_budgets()
+  return run
+
+
 def format_bytes(num_bytes: float) -> str:
   """`num_bytes` as e.g. '1.5 GB' (binary units)."""
   value = float(num_bytes)
@@ -295,6 +307,22 @@ def check_writable_output(flag: str, path: Optional[str]) -> None:
       os.path.exists(path) and not os.access(path, os.W_OK)):
     raise ValueError(f"--{flag}={path!r} cannot be written (permission denied on "
                      f"{directory!r} or the file); choose a writable location.")
+
+
+def ensure_writable_dir(what: str, path: str) -> None:
+  """Creates directory `path` and proves it writable, before anything expensive.
+
+  Raises ValueError naming `what` (e.g. "--out_dir"), the path and the fix.
+  """
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".write-probe-{os.getpid()}")
+    with open(probe, "w", encoding="utf-8") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(f"{what} {path!r} is not a writable directory ({e}); choose a "
+                     "directory you can write to.") from e
 
 
 def check_rounds_limit(flag: str, rounds: int) -> int:

@@ -112,7 +112,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
 
   def body() -> int:
-    resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
     check_flags(args)
     report = run(args.mechanism, args.rounds, args.min_sep, args.max_participations,
                  args.buffers, args.bands, args.optimize_for, args.seed, args.params_in,
@@ -121,10 +120,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(json.dumps(report, indent=2) if args.format == "json" else format_table(report))
     return exits.COMPLETED
 
-  try:
-    return exits.guarded(body, debug=args.debug)
-  finally:
-    resources.set_budgets()  # In-process callers (tests) get the defaults back.
+  return exits.guarded(resources.with_budget_flags(args, body), debug=args.debug)
 
 
 if __name__ == "__main__":

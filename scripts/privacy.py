@@ -115,24 +115,16 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
   reported next to it, labelled, with the (optimistic) ε it would give.
   """
   _require("min_sep", mechanism=name, rounds=rounds, min_sep=min_sep, delta=delta)
-  if (noise_multiplier is None) == (target_epsilon is None):
-    raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  report_lib.check_noise_or_target(noise_multiplier, target_epsilon)
   seed = 0 if seed is None else seed
   mechanism = _mechanism(name, params_in, rounds, min_sep, max_participations, buffers, seed)
-  k, note = sensitivity_lib.feasible_participations(rounds, min_sep, max_participations)
-  sens = mechanism.sensitivity(rounds, min_sep, k)
-  exact = sens.kind == catalog.EXACT
+  result = report_lib.min_sep_guarantee(mechanism, rounds, min_sep, max_participations, delta,
+                                        noise_multiplier=noise_multiplier,
+                                        target_epsilon=target_epsilon)
+  sens, k, note = result.sensitivity, result.max_participations, result.participation_note
+  exact = sens.is_exact
   guaranteed = sens.guaranteed
-  if not math.isfinite(guaranteed):
-    raise ValueError(
-        f"--mechanism={name} has no finite sensitivity upper bound for --rounds={rounds}, "
-        f"--min_sep={min_sep}, k={k} (only the lower bound {sens.value:.6g}, {sens.method}); "
-        "use a mechanism with exact sensitivity (blt, dpsgd, or bandmf with --min_sep >= "
-        "bands).")
-  if noise_multiplier is None:
-    noise_multiplier = amplification.round_up(
-        zcdp.noise_multiplier_for_epsilon(guaranteed, target_epsilon, delta))
-  guarantee = zcdp.matrix_mechanism_guarantee(guaranteed, noise_multiplier, delta)
+  guarantee, noise_multiplier = result.guarantee, result.noise_multiplier
   notes = ([note] if note else []) + [f"Sensitivity by {sens.method}."]
   if report_out:
     participation = report_lib.Participation(rounds, min_sep, k, source="configured")
@@ -148,7 +140,7 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
       "conversion": "exact_gaussian",
   }
   if not exact:
-    lower = zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta)
+    lower = result.lower
     out.update({
         "sensitivity_lower_bound": sens.value,
         "sensitivity_guaranteed": guaranteed,
@@ -198,8 +190,7 @@ def cyclic_poisson(name, params_in, rounds, groups, population, clients_per_roun
   from dp_fl.training import amplified  # pylint: disable=g-import-not-at-top
   _require("cyclic_poisson", mechanism=name, rounds=rounds, min_sep=groups,
            population=population, clients_per_round=clients_per_round, delta=delta)
-  if (noise_multiplier is None) == (target_epsilon is None):
-    raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  report_lib.check_noise_or_target(noise_multiplier, target_epsilon)
   q = clients_per_round * groups / population
   if q > 1.0:
     raise ValueError(
@@ -425,7 +416,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
 
   def body() -> int:
-    resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
     check_flags(args)
     if args.sampling == "min_sep":
       result = matrix_mechanism(
@@ -460,10 +450,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(f"error: {e}", file=sys.stderr)
       return exits.FAILED
 
-  try:
-    return exits.guarded(verified_body, debug=args.debug)
-  finally:
-    resources.set_budgets()  # In-process callers (tests) get the defaults back.
+  return exits.guarded(resources.with_budget_flags(args, verified_body), debug=args.debug)
 
 
 if __name__ == "__main__":

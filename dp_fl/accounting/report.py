@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Optional
 
 from dp_fl import _checks
+from dp_fl.accounting import amplification
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import zcdp
 
@@ -230,6 +232,70 @@ def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: P
       sensitivity_lower_bound=None if lower is None else sens.value,
       epsilon_lower_bound=None if lower is None else lower.epsilon,
       scope=tuple(scope), caveats=tuple(caveats))
+
+
+@dataclasses.dataclass(frozen=True)
+class MinSepGuarantee:
+  """ρ and ε of a matrix mechanism under Π(b, k) over n rounds (paper 004, Sec. 3.1).
+
+  Attributes:
+    sensitivity: the mechanism's `Sensitivity` (value, kind, method, upper bound).
+    max_participations: k as used: capped at ⌈n/b⌉ (`feasible_participations`).
+    participation_note: why k was capped, or None.
+    guarantee: the guarantee from `sensitivity.guaranteed` (an upper bound on the truth).
+    lower: where the sensitivity is only bracketed, the (optimistic) guarantee of its lower
+      bound; None when exact.
+    calibrated: True when σ was calibrated for a target ε (rounded up to 6 digits).
+  """
+  sensitivity: Any
+  max_participations: int
+  participation_note: Optional[str]
+  guarantee: zcdp.ZcdpGuarantee
+  lower: Optional[zcdp.ZcdpGuarantee]
+  calibrated: bool
+
+  @property
+  def noise_multiplier(self) -> float:
+    return self.guarantee.noise_multiplier
+
+
+def check_noise_or_target(noise_multiplier: Optional[float],
+                          target_epsilon: Optional[float]) -> None:
+  """Refuses anything but exactly one of --noise_multiplier and --target_epsilon."""
+  if (noise_multiplier is None) == (target_epsilon is None):
+    raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+
+
+def min_sep_guarantee(mechanism, rounds: int, min_sep: int, max_participations: Optional[int],
+                      delta: float, *, noise_multiplier: Optional[float] = None,
+                      target_epsilon: Optional[float] = None) -> MinSepGuarantee:
+  """The guarantee of `mechanism` at σ, or σ (rounded up to 6 digits) for `target_epsilon`.
+
+  The one computation behind `scripts/privacy` and `scripts/plan`: sensitivity under
+  Π(b, k) with k capped at ⌈n/b⌉, ρ = sens²/(2σ²) from the guaranteed (upper-bound)
+  sensitivity, ε at δ by the exact Gaussian curve.
+
+  Raises:
+    ValueError: not exactly one of σ and the target given, or no finite upper bound.
+  """
+  from dp_fl.mechanisms import sensitivity as sensitivity_lib  # pylint: disable=g-import-not-at-top
+  check_noise_or_target(noise_multiplier, target_epsilon)
+  k, note = sensitivity_lib.feasible_participations(rounds, min_sep, max_participations)
+  sens = mechanism.sensitivity(rounds, min_sep, k)
+  guaranteed = sens.guaranteed
+  if not math.isfinite(guaranteed):
+    raise ValueError(
+        f"--mechanism={mechanism.name} has no finite sensitivity upper bound for --rounds="
+        f"{rounds}, --min_sep={min_sep}, k={k} (only the lower bound {sens.value:.6g}, "
+        f"{sens.method}); use a mechanism with exact sensitivity (blt, dpsgd, or bandmf with "
+        "--min_sep >= bands).")
+  if noise_multiplier is None:
+    noise_multiplier = amplification.round_up(
+        zcdp.noise_multiplier_for_epsilon(guaranteed, target_epsilon, delta))
+  guarantee = zcdp.matrix_mechanism_guarantee(guaranteed, noise_multiplier, delta)
+  lower = (None if sens.is_exact
+           else zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta))
+  return MinSepGuarantee(sens, k, note, guarantee, lower, target_epsilon is not None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -239,6 +239,28 @@ class DiurnalAvailability(AvailabilityModel):
             f" window_hours={self._length}, daily_probability={self._p})")
 
 
+SIMULATED = ("always", "diurnal")
+"""`--availability` values of the training program and `scripts/plan`."""
+
+
+def simulated(kind: str, num_devices: int, public_seed: int) -> AvailabilityModel:
+  """The availability `--availability=kind` simulates for `num_devices` devices.
+
+  "always": every device always available. "diurnal": the default `DiurnalAvailability`
+  window (8 h from 10 pm local time, daily probability 1/2) with time zones uniform in
+  ±3 h drawn from the run's *public* seed (they are simulated facts about the population,
+  not secrets). The training program (`registry.scheduler`) and `scripts/plan` both call
+  this, so a plan emulates exactly the population a run with the same flags trains on.
+  """
+  if kind == "always":
+    return AlwaysAvailable()
+  if kind == "diurnal":
+    n = _checks.check_positive_int("num_devices", num_devices)
+    offsets = np.random.default_rng([int(public_seed), 7]).uniform(-3.0, 3.0, n)
+    return DiurnalAvailability(offsets)
+  raise ValueError(f"`availability` must be one of {SIMULATED}; got {kind!r}.")
+
+
 def from_config(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> AvailabilityModel:
   """Inverse of `AvailabilityModel.to_config`."""
   kind = config.get("kind")

@@ -97,6 +97,11 @@ class RoundSelection:
     return int(self.client_ids.size)
 
 
+MAX_CONSECUTIVE_EMPTY_ROUNDS = 10_000
+"""Empty selections in a row after which training stops, and the emulation refuses to go on
+(≈ 417 days of 1-hour rounds: the population cannot serve a round)."""
+
+
 class Scheduler(abc.ABC):
   """Base class: ledger, seed, round counter, serialization."""
 

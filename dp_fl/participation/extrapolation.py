@@ -10,6 +10,12 @@ emulation (`device_timer.DeviceTimerScheduler`) for the planned rounds and
 reports the realized values next to the optimistic formula, so mechanisms
 (BandMF bands, BLT optimization for (b, k)) can be chosen from a prediction
 rather than a guess.
+
+Rounds are counted as the training program counts them (`dp_fl.training.loop`): where the
+scheduler skips empty rounds (a device timer in hours, `Scheduler.skips_empty_rounds`), a
+selection with no device is discarded — simulated time passes, but no row of C is used and the
+ledger records nothing — and emulation goes on until `planned_rounds` rows are committed. The
+realized min-sep is therefore in rows of C, what the privacy accounting uses.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import math
 from typing import Any
 
 from dp_fl import _checks
+from dp_fl.participation import base
 from dp_fl.participation import device_timer
 from dp_fl.participation import ledger as ledger_lib
 
@@ -47,7 +54,9 @@ class Extrapolation:
     planned_rounds: rounds simulated.
     optimistic_min_separation: ``floor(N / m)`` (paper 004 Sec. 5).
     optimistic_max_participations: ``ceil(n / floor(N / m))``.
-    enforced_min_separation: the separation the timer guarantees by construction.
+    enforced_min_separation: the separation the timer guarantees by construction, in
+      selections; it bounds the realized min-sep (in rows of C) only when no empty selection
+      was skipped.
     min_separation: worst (smallest) realized min-sep over the trials, or None
       if no device ever participated twice in any trial.
     max_participations: worst (largest) realized max participations.
@@ -55,6 +64,8 @@ class Extrapolation:
     rounds_short: per trial, number of rounds that ran short of the report goal.
     total_shortfall: per trial, total missing clients over all rounds.
     simulated_hours: per trial, simulated wall-clock time of the planned rounds.
+    skipped_empty_rounds: per trial, selections with no device, skipped as training skips
+      them (they use no row of C).
   """
   planned_rounds: int
   optimistic_min_separation: int
@@ -66,6 +77,7 @@ class Extrapolation:
   rounds_short: tuple[int, ...]
   total_shortfall: tuple[int, ...]
   simulated_hours: tuple[float, ...]
+  skipped_empty_rounds: tuple[int, ...] = ()
 
 
 def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
@@ -89,14 +101,13 @@ def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
   seeds = tuple(seeds)
   if not seeds:
     raise ValueError("`seeds` must hold at least one seed; got an empty tuple.")
-  trials, short, shortfall, hours = [], [], [], []
+  trials, short, shortfall, hours, skipped = [], [], [], [], []
   enforced = None
   for seed in seeds:
     scheduler = device_timer.DeviceTimerScheduler(population, report_goal, planned_rounds, seed,
                                                   **scheduler_kwargs)
     enforced = scheduler.enforced_min_separation
-    for _ in range(planned_rounds):
-      scheduler.next_round()
+    skipped.append(commit_rounds(scheduler, planned_rounds))
     log = scheduler.shortfall_log()
     trials.append(scheduler.realized())
     short.append(len(log))
@@ -112,7 +123,39 @@ def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
       min_separation=min(seps) if seps else None,
       max_participations=max(t.max_participations for t in trials),
       trials=tuple(trials), rounds_short=tuple(short), total_shortfall=tuple(shortfall),
-      simulated_hours=tuple(hours))
+      simulated_hours=tuple(hours), skipped_empty_rounds=tuple(skipped))
+
+
+def commit_rounds(scheduler: base.Scheduler, rounds: int) -> int:
+  """Advances `scheduler` by `rounds` committed rounds as the training loop does; returns the
+  empty selections skipped on the way.
+
+  `dp_fl.training.loop.Loop.round`: an empty selection of a scheduler that
+  `skips_empty_rounds` is discarded (no row of C, nothing in the ledger), any other selection
+  is committed (an empty one runs as a noise-only round).
+
+  Raises:
+    ValueError: `base.MAX_CONSECUTIVE_EMPTY_ROUNDS` empty selections in a row (training stops
+      there too: the population cannot serve a round).
+  """
+  skipped = consecutive = 0
+  committed = 0
+  while committed < rounds:
+    selection = scheduler.select_round()
+    if selection.cohort_size == 0 and scheduler.skips_empty_rounds:
+      scheduler.discard(selection)
+      skipped += 1
+      consecutive += 1
+      if consecutive >= base.MAX_CONSECUTIVE_EMPTY_ROUNDS:
+        raise ValueError(
+            f"the emulation found no eligible device in {consecutive} rounds in a row after "
+            f"{committed} rounds; training would stop there. Check the availability, the "
+            "timer and the report goal against the population.")
+      continue
+    scheduler.commit(selection)
+    committed += 1
+    consecutive = 0
+  return skipped
 
 
 def rounds_per_timer(min_separation_hours: float, round_duration_hours: float) -> int:

@@ -193,7 +193,7 @@ class TrainingConfig:
     _one_of("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
     _one_of("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     _checks.check_positive("server_adam_epsilon", self.server_adam_epsilon)
-    _one_of("availability", self.availability, ("always", "diurnal"))
+    _one_of("availability", self.availability, registry.AVAILABILITIES)
     _checks.check_positive("clip_norm", self.clip_norm)
     _checks.check_nonnegative("noise_multiplier", self.noise_multiplier)
     if self.noise_multiplier != 0:

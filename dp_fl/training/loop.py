@@ -33,11 +33,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
+from dp_fl.participation import base as participation_base
 from dp_fl.training import policies as policies_lib
 
 # Rounds in a row with no eligible client before the run stops (a night of the diurnal
 # availability at 0.2 h rounds is ≈ 40; thousands mean the population cannot serve a round).
-MAX_CONSECUTIVE_EMPTY_ROUNDS = 10_000
+MAX_CONSECUTIVE_EMPTY_ROUNDS = participation_base.MAX_CONSECUTIVE_EMPTY_ROUNDS
 
 
 @dataclasses.dataclass

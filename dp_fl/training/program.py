@@ -84,15 +84,7 @@ class RunResult:
 
 def check_root_dir(root_dir: str) -> None:
   """Creates the run directory and proves it writable, before anything expensive."""
-  try:
-    os.makedirs(root_dir, exist_ok=True)
-    probe = os.path.join(root_dir, f".write-probe-{os.getpid()}")
-    with open(probe, "w", encoding="utf-8") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    raise ValueError(f"`root_dir` {root_dir!r} is not a writable directory ({e}); choose a "
-                     "directory you can write to.") from e
+  resources.ensure_writable_dir("`root_dir`", root_dir)
 
 
 def build_mechanism(config: config_lib.TrainingConfig) -> Optional[catalog.Mechanism]:

@@ -25,7 +25,6 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import numpy as np
 
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import two_band
@@ -433,17 +432,17 @@ SchedulerBuilder = Callable[["config_lib.TrainingConfig", int, int],
 
 
 def _device_timer(config, num_clients, seed, by_hours: bool):
-  if config.availability == "always":
-    availability = availability_lib.AlwaysAvailable()
-  else:  # The simulated time zones are public: from `config.seed`, not the secret seed.
-    offsets = np.random.default_rng([config.seed, 7]).uniform(-3.0, 3.0, num_clients)
-    availability = availability_lib.DiurnalAvailability(offsets)
+  # The simulated time zones are public: from `config.seed`, not the secret seed.
+  availability = availability_lib.simulated(config.availability, num_clients, config.seed)
   timer = ({"min_separation_hours": config.timer_hours} if by_hours
            else {"min_separation_rounds": config.min_sep})
   return device_timer.DeviceTimerScheduler(
       num_clients, config.clients_per_round, config.rounds, seed, availability=availability,
       round_duration_hours=config.round_hours, **timer)
 
+
+AVAILABILITIES = availability_lib.SIMULATED
+"""`--availability`: how the device-timer emulation simulates device availability."""
 
 PARTICIPATIONS: dict[str, SchedulerBuilder] = {
     "device_timer": lambda c, n, s: _device_timer(c, n, s, by_hours=True),

@@ -27,11 +27,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from typing import Optional, Sequence
 
 from dp_fl import exits
+from dp_fl import files
 from dp_fl.decentralized import comparison
 from dp_fl.decentralized import graphs
 from dp_fl.decentralized import training
@@ -115,8 +115,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def _out_dir(text: str) -> Optional[str]:
   if not text:
     return None
-  root = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.getcwd())
-  return text if os.path.isabs(text) else os.path.join(root, text)
+  return files.workspace_path(text)
 
 
 def base_settings(args: argparse.Namespace) -> training.Settings:

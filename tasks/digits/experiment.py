@@ -704,8 +704,7 @@ def _out_dir(args: argparse.Namespace) -> Optional[str]:
                                                            else DEFAULT_OUT_DIR)
   if not out_dir:
     return None
-  root = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.getcwd())
-  return out_dir if os.path.isabs(out_dir) else os.path.join(root, out_dir)
+  return files.workspace_path(out_dir)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,166 @@
+"""Plans a private run before launch: realized min-sep, mechanisms for it, and ε per mechanism.
+
+Paper 004, Sec. 5 ("Extrapolation", Figs. 6, 8-9): given the population, report goal, device
+timer, round duration, availability and rounds, the device-timer emulation predicts the min-sep
+and max participations the run will realize (next to the optimistic ⌊N/m⌋, ⌈n/b⌉); BLT (and
+BandMF when n allows) is optimized for that prediction; ε is printed per mechanism at a noise
+multiplier (or σ for a target ε), with ε and losses if the realized min-sep comes out lower.
+
+  ./bazelw run //scripts:plan -- --population=16600 --report_goal=12 --rounds=2000 \
+      --timer_hours=590 --round_hours=0.5 --availability=diurnal --noise_multiplier=16.1 \
+      --delta=1e-10 --out_dir=plan_ptbr
+  .venv/bin/python -m scripts.plan ... --target_epsilon=1 --format json
+
+--out_dir writes plan.json, epsilon_vs_rounds.png and <mechanism>.json, the parameters to pass
+as --mechanism_params to the training binaries (the table prints the full flags). The ε of
+every row equals `scripts/privacy --params_in=<mechanism>.json` for the same (n, b, k, σ).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+from dp_fl import _checks
+from dp_fl import exits
+from dp_fl import files
+from dp_fl import resources
+from dp_fl.mechanisms import catalog
+from dp_fl.participation import availability as availability_lib
+from dp_fl.planning import plan as plan_lib
+from dp_fl.training import registry  # pylint: disable=unused-import  (registers every mechanism)
+
+PLAN_JSON = "plan.json"
+EPSILON_PNG = "epsilon_vs_rounds.png"
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+  try:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+  except ValueError as e:
+    raise ValueError(f"--robustness={text!r} must be comma-separated fractions in (0, 1), "
+                     "e.g. 0.9,0.75,0.5.") from e
+
+
+def _mechanisms(text: str) -> tuple[str, ...]:
+  names = tuple(x.strip() for x in text.split(",") if x.strip())
+  unknown = [n for n in names if n not in catalog.names()]
+  if unknown or not names:
+    raise ValueError(f"--mechanisms={text!r}: {unknown or 'none given'} not among "
+                     f"{catalog.names()}; pass e.g. --mechanisms=blt,bandmf,tree.")
+  return names
+
+
+def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
+  """The flags as `PlanSettings`; errors name the flag, its value and the fix."""
+  for flag, low, high, integer in (("population", 1, 2 ** 40, True),
+                                   ("report_goal", 1, 2 ** 40, True),
+                                   ("rounds", 1, resources.MAX_ROUNDS, True),
+                                   ("trials", 1, 1000, True), ("buffers", 1, 64, True),
+                                   ("timer_hours", 1e-6, 1e6, False),
+                                   ("round_hours", 1e-6, 1e4, False),
+                                   ("delta", 1e-100, 0.1, False),
+                                   ("noise_multiplier", 1e-3, 1e6, False),
+                                   ("target_epsilon", 1e-3, 700.0, False),
+                                   ("bandmf_max_seconds", 1e-3, 1e7, False)):
+    value = getattr(args, flag)
+    if value is not None:
+      _checks.check_in_range(f"--{flag}", value, low, high, integer=integer)
+  if args.report_goal > args.population:
+    raise ValueError(f"--report_goal={args.report_goal} exceeds --population="
+                     f"{args.population}: a round cannot take more devices than exist.")
+  if (args.noise_multiplier is None) == (args.target_epsilon is None):
+    raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  return plan_lib.PlanSettings(
+      population=args.population, report_goal=args.report_goal, rounds=args.rounds,
+      timer_hours=args.timer_hours, round_hours=args.round_hours,
+      availability=args.availability, seed=args.seed, delta=args.delta,
+      noise_multiplier=args.noise_multiplier, target_epsilon=args.target_epsilon,
+      mechanisms=_mechanisms(args.mechanisms), buffers=args.buffers, trials=args.trials,
+      robustness=_fractions(args.robustness), bandmf_max_seconds=args.bandmf_max_seconds,
+      compare=args.compare)
+
+
+def write_outputs(plan: plan_lib.Plan, out_dir: str) -> dict[str, str]:
+  """plan.json, the ε figure and every mechanism's parameters; returns their paths by name."""
+  os.makedirs(out_dir, exist_ok=True)
+  params = {}
+  for mechanism in plan.mechanisms:
+    path = os.path.join(out_dir, f"{mechanism.name}.json")
+    files.atomic_write_json(path, mechanism.params, indent=1)
+    params[mechanism.name] = path
+  data = plan.to_dict()
+  data["mechanism_params"] = params
+  files.atomic_write_json(os.path.join(out_dir, PLAN_JSON), data, indent=1)
+  from dp_fl.training import figures  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(out_dir, PLAN_JSON), encoding="utf-8") as f:  # Drawn from the file.
+    figures.save_figure(plan_lib.epsilon_figure(json.load(f)),
+                        os.path.join(out_dir, EPSILON_PNG))
+  return params
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--population", type=int, required=True, help="N: devices")
+  parser.add_argument("--report_goal", type=int, required=True, help="m: clients per round")
+  parser.add_argument("--rounds", type=int, required=True, help="n: planned rounds")
+  parser.add_argument("--timer_hours", type=float, required=True,
+                      help="T: hours before a device may take part again")
+  parser.add_argument("--round_hours", type=float, default=1.0,
+                      help="simulated duration of a round (the training flag of that name)")
+  parser.add_argument("--availability", choices=availability_lib.SIMULATED, default="always")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="the run's public --seed (simulated time zones)")
+  parser.add_argument("--delta", type=float, default=1e-10, help="δ (paper 004: 1e-10)")
+  parser.add_argument("--noise_multiplier", type=float, default=None,
+                      help="σ of the first mechanism (see --compare)")
+  parser.add_argument("--target_epsilon", type=float, default=None,
+                      help="calibrate σ per mechanism for this ε")
+  parser.add_argument("--compare", choices=plan_lib.COMPARE, default="rms_noise",
+                      help="rms_noise: the other mechanisms get the σ of equal RMS prefix-sum "
+                           "noise (equal utility, paper 004 Sec. 5); noise_multiplier: all σ")
+  parser.add_argument("--mechanisms", default=",".join(plan_lib.DEFAULT_MECHANISMS),
+                      help=f"comma-separated, from {', '.join(catalog.names())}")
+  parser.add_argument("--buffers", type=int, default=4, help="BLT buffers d")
+  parser.add_argument("--trials", type=int, default=5, help="emulation trials")
+  parser.add_argument("--robustness", default=",".join(map(str, plan_lib.DEFAULT_ROBUSTNESS)),
+                      help="fractions f: also report ε and losses at min-sep ⌊f·b⌋")
+  parser.add_argument("--bandmf_max_seconds", type=float, default=120.0,
+                      help="skip BandMF when its estimated optimization time exceeds this")
+  parser.add_argument("--out_dir", default=None,
+                      help="write plan.json, epsilon_vs_rounds.png and <mechanism>.json "
+                           "(relative paths: against the repository)")
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  resources.add_budget_flags(parser)
+  exits.add_debug_flag(parser)
+  return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Exit codes as in dp_fl/exits.py: 0 planned, 2 bad flag (or too large for the budgets)."""
+  args = parse_args(argv)
+
+  def body() -> int:
+    settings = settings_from_flags(args)
+    out_dir = files.workspace_path(args.out_dir) if args.out_dir else None
+    if out_dir:
+      resources.ensure_writable_dir("--out_dir", out_dir)
+    plan = plan_lib.make_plan(settings)
+    params = write_outputs(plan, out_dir) if out_dir else None
+    if args.format == "json":
+      data = plan.to_dict()
+      if params:
+        data["mechanism_params"] = params
+      print(json.dumps(data, indent=1))
+    else:
+      print(plan_lib.format_table(plan, params))
+    return exits.COMPLETED
+
+  return exits.guarded(resources.with_budget_flags(args, body), debug=args.debug)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

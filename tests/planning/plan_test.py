@@ -1,0 +1,170 @@
+"""scripts/plan and dp_fl.planning.plan: the prediction a training run then realizes, ε equal
+to scripts/privacy's, the equal-noise comparison, robustness and bad flags."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from dp_fl import runtime
+from dp_fl.mechanisms import catalog
+from dp_fl.planning import plan as plan_lib
+from dp_fl.training import program
+from scripts import plan as plan_script
+from scripts import privacy as privacy_script
+from tests.training import toy_program
+from tests.training import toy_task
+
+# pt-BR-like (paper 004 Table 4, BLT-16.1: ⌊N/m⌋ = 1383 optimistic, 1181 realized), scaled to
+# a toy population: N/m = 140, a timer of 59 h at 0.5 h rounds, diurnal availability.
+PT_BR_LIKE = dict(population=280, report_goal=2, rounds=200, timer_hours=59.0, round_hours=0.5,
+                  availability="diurnal", seed=3)
+
+
+def _run_plan(capsys, tmp_path, *flags):
+  code = plan_script.main([*flags, "--format", "json", "--out_dir", str(tmp_path / "plan")])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  return json.loads(out)
+
+
+def _flags(settings: dict) -> list[str]:
+  return [f"--{k}={v}" for k, v in settings.items()]
+
+
+def test_training_realizes_the_min_sep_the_plan_predicts(tmp_path):
+  settings = plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=20,
+                                   mechanisms=("blt",))
+  plan = plan_lib.make_plan(settings)
+  predicted = plan.prediction.to_dict()
+  assert predicted["min_sep_range"] is not None
+  low, high = predicted["min_sep_range"]
+  assert predicted["min_sep"] == low < predicted["optimistic_min_sep"]
+  params = tmp_path / "blt.json"
+  params.write_text(json.dumps(plan.mechanisms[0].params))
+  config = toy_program.toy_config(
+      str(tmp_path / "run"), settings.rounds, "blt", mechanism_params=str(params),
+      noise_multiplier=plan.mechanisms[0].noise_multiplier, participation="device_timer",
+      clients_per_round=settings.report_goal, timer_hours=settings.timer_hours,
+      round_hours=settings.round_hours, availability=settings.availability,
+      seed=settings.seed, delta=settings.delta, min_sep=plan.prediction.planned_min_sep,
+      eval_every=settings.rounds, checkpoint_every=settings.rounds,
+      reproducible_noise_seed=11)
+  with runtime.execution_context():
+    program.run(toy_task.make_task(num_clients=settings.population), config,
+                progress_stream=open(os.devnull, "w", encoding="utf-8"))
+  summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+  realized = summary["realized_participation"]
+  assert realized["num_rounds"] == settings.rounds
+  assert low <= realized["min_separation"] <= high, (realized, predicted)
+  k_low, k_high = predicted["max_participations_range"]
+  assert k_low <= realized["max_participations"] <= k_high
+  # The run is accounted from what it realized, within the plan's worst case.
+  assert summary["epsilon"] <= plan.mechanisms[0].planned.epsilon * (1 + 1e-9)
+
+
+def test_epsilon_equals_scripts_privacy_and_params_feed_training(capsys, tmp_path):
+  data = _run_plan(capsys, tmp_path, *_flags(PT_BR_LIKE), "--noise_multiplier=8",
+                   "--trials=3", "--mechanisms=blt,bandmf,tree,dpsgd")
+  prediction = data["prediction"]
+  assert [m["name"] for m in data["mechanisms"]] == ["blt", "bandmf", "tree", "dpsgd"]
+  for m in data["mechanisms"]:
+    path = data["mechanism_params"][m["name"]]
+    assert catalog.load(path, m["name"]).to_dict() == m["params"]
+    code = privacy_script.main([
+        f"--mechanism={m['name']}", f"--params_in={path}", f"--rounds={PT_BR_LIKE['rounds']}",
+        f"--min_sep={prediction['planned_min_sep']}",
+        f"--max_participations={prediction['max_participations']}",
+        f"--noise_multiplier={m['noise_multiplier']!r}", "--delta=1e-10", "--format=json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["epsilon"] == m["planned"]["epsilon"], m["name"]
+  assert os.path.getsize(tmp_path / "plan" / plan_script.EPSILON_PNG) > 10_000
+  saved = json.loads((tmp_path / "plan" / plan_script.PLAN_JSON).read_text())
+  assert saved["prediction"] == prediction
+
+
+def test_equal_rms_noise_comparison_and_target_epsilon():
+  base = dict(PT_BR_LIKE, trials=2, mechanisms=("blt", "tree", "dpsgd"))
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**base, noise_multiplier=6.0))
+  first = plan.mechanisms[0]
+  assert first.noise_multiplier == 6.0
+  for m in plan.mechanisms[1:]:  # σ rounded up: equal noise to 1e-6, never less.
+    assert first.rms_noise <= m.rms_noise <= first.rms_noise * (1 + 1e-5)
+  same = plan_lib.make_plan(plan_lib.PlanSettings(**base, noise_multiplier=6.0,
+                                                  compare="noise_multiplier"))
+  assert {m.noise_multiplier for m in same.mechanisms} == {6.0}
+  calibrated = plan_lib.make_plan(plan_lib.PlanSettings(**base, target_epsilon=2.0))
+  for m in calibrated.mechanisms:
+    assert 2.0 * (1 - 1e-4) <= m.planned.epsilon <= 2.0
+  # DP-SGD (C = I) needs the most noise for the same ε in this multi-participation setting.
+  assert calibrated.mechanisms[-1].rms_noise > calibrated.mechanisms[0].rms_noise
+
+
+def test_robustness_and_epsilon_curve():
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=2,
+                                                  mechanisms=("blt",)))
+  m, b = plan.mechanisms[0], plan.prediction.planned_min_sep
+  assert [r.min_sep for r in m.robustness] == sorted(
+      {math.floor(f * b) for f in plan_lib.DEFAULT_ROBUSTNESS}, reverse=True)
+  mechanism = catalog.from_dict(m.params)
+  for r in m.robustness:
+    assert r.epsilon >= m.planned.epsilon
+    evaluation = catalog.evaluate(mechanism, PT_BR_LIKE["rounds"], r.min_sep)
+    assert r.rms_loss == pytest.approx(evaluation.rms_loss, rel=1e-12)
+    assert r.max_participations == evaluation.max_participations
+  rounds, eps = zip(*m.epsilon_vs_rounds)
+  assert rounds[-1] == PT_BR_LIKE["rounds"] and eps[-1] == pytest.approx(m.planned.epsilon)
+  assert all(a <= b + 1e-12 for a, b in zip(eps, eps[1:]))  # ε never decreases with rounds.
+
+
+def test_bandmf_is_skipped_with_the_reason_when_too_slow():
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=1,
+                                                  mechanisms=("blt", "bandmf"),
+                                                  bandmf_max_seconds=1e-3))
+  assert [m.name for m in plan.mechanisms] == ["blt"]
+  assert plan.skipped[0][0] == "bandmf" and "--bandmf_max_seconds" in plan.skipped[0][1]
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--report_goal=500"], "--report_goal=500"),
+    (["--noise_multiplier=8", "--target_epsilon=1"], "exactly one"),
+    ([], "exactly one"),
+    (["--mechanisms=blt,nope"], "--mechanisms"),
+    (["--timer_hours=-1"], "--timer_hours"),
+    (["--trials=0"], "--trials"),
+    (["--robustness=0.5,1.5"], "robustness"),
+    (["--robustness=half"], "--robustness"),
+    (["--delta=0.5"], "--delta"),
+    (["--rounds=0"], "--rounds"),
+])
+def test_bad_flags_exit_2_naming_the_flag(capsys, flags, named):
+  base = {k: v for k, v in PT_BR_LIKE.items()}
+  given = {f.split("=")[0] for f in flags}
+  args = [f for f in _flags(base) if f.split("=")[0] not in given] + flags
+  if named != "exactly one" and not any(f.startswith(("--noise", "--target")) for f in flags):
+    args.append("--noise_multiplier=8")
+  assert plan_script.main(args) == 2
+  assert named in capsys.readouterr().err
+
+
+def test_an_emulation_beyond_the_time_budget_is_refused_naming_the_flags(capsys):
+  code = plan_script.main([*_flags(dict(PT_BR_LIKE, population=10**7, report_goal=6500)),
+                           "--noise_multiplier=8", "--time_budget_hours=0.01"])
+  err = capsys.readouterr().err
+  assert code == 2 and "--population" in err and "time budget" in err
+
+
+def test_unwritable_out_dir_is_refused_before_work(capsys, tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  code = plan_script.main([*_flags(PT_BR_LIKE), "--noise_multiplier=8",
+                           f"--out_dir={blocker}/sub"])
+  assert code == 2 and "--out_dir" in capsys.readouterr().err
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
