@@ -36,14 +36,15 @@ FIGURES: tuple[figure_spec.PaperFigure, ...] = (mechanism_figures.FIGURES
 
 def select(only: Optional[str]) -> tuple[figure_spec.PaperFigure, ...]:
   """The figures named by --only (prefixes such as "fig02" or full names), else all."""
-  if not only:
+  if only is None:
     return FIGURES
   wanted = [w.strip() for w in only.split(",") if w.strip()]
   chosen = [f for f in FIGURES if any(f.name == w or f.name.startswith(w + "_") for w in wanted)]
   unknown = [w for w in wanted
              if not any(f.name == w or f.name.startswith(w + "_") for f in FIGURES)]
   if unknown or not chosen:
-    raise ValueError(f"--only={only!r}: {unknown or 'nothing'} matches no figure; choose from "
+    raise ValueError(f"--only={only!r} names no figure{f' ({unknown})' if unknown else ''}; "
+                     "choose from "
                      f"{', '.join(f.name for f in FIGURES)} (or their prefixes, e.g. fig02).")
   return tuple(chosen)
 
@@ -58,8 +59,15 @@ def draw_from_file(figure: figure_spec.PaperFigure, json_path: str) -> str:
     raise ValueError(f"--replot: {json_path!r} is not a readable figure JSON ({e}); run "
                      "without --replot to compute it.") from e
   figure_spec.check_data(figure, data)
+  if data.get("figure") != figure.name:
+    raise ValueError(f"--replot: {json_path!r} holds figure {data.get('figure')!r}, not "
+                     f"{figure.name!r}; run without --replot to compute it.")
   png = json_path[:-len(".json")] + ".png"
-  figures.save_figure(figure.draw(data), png)
+  drawn = figure.draw(data)
+  if data.get("quick"):
+    drawn.text(0.5, 0.002, "QUICK settings (scaled down for tests): not the paper's figure",
+               ha="center", va="bottom", color="tab:red", fontsize=9)
+  figures.save_figure(drawn, png)
   return png
 
 
@@ -71,7 +79,8 @@ def run(chosen: Sequence[figure_spec.PaperFigure], out_dir: str, quick: bool,
     json_path = os.path.join(out_dir, figure.name + ".json")
     start = time.perf_counter()
     if not replot:
-      data = figure_spec.check_data(figure, figure.compute(quick))
+      data = dict(figure_spec.check_data(figure, figure.compute(quick)), figure=figure.name,
+                  quick=quick)
       files.atomic_write_json(json_path, data, indent=1)
     png = draw_from_file(figure, json_path)
     with open(json_path, encoding="utf-8") as f:

@@ -48,9 +48,11 @@ def _fractions(text: str) -> tuple[float, ...]:
 def _mechanisms(text: str) -> tuple[str, ...]:
   names = tuple(x.strip() for x in text.split(",") if x.strip())
   unknown = [n for n in names if n not in catalog.names()]
-  if unknown or not names:
-    raise ValueError(f"--mechanisms={text!r}: {unknown or 'none given'} not among "
-                     f"{catalog.names()}; pass e.g. --mechanisms=blt,bandmf,tree.")
+  twice = sorted({n for n in names if names.count(n) > 1})
+  if unknown or twice or not names:
+    what = (f"{unknown} not among {catalog.names()}" if unknown
+            else f"{twice} listed twice" if twice else "names no mechanism")
+    raise ValueError(f"--mechanisms={text!r}: {what}; pass e.g. --mechanisms=blt,bandmf,tree.")
   return names
 
 
@@ -74,14 +76,38 @@ def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
                      f"{args.population}: a round cannot take more devices than exist.")
   if (args.noise_multiplier is None) == (args.target_epsilon is None):
     raise ValueError("Pass exactly one of --noise_multiplier and --target_epsilon.")
+  if args.compare is not None and args.target_epsilon is not None:
+    raise ValueError(f"--compare={args.compare} has no effect with --target_epsilon (σ is "
+                     "calibrated per mechanism and their noise compared); drop --compare.")
+  if args.seed < 0:
+    raise ValueError(f"--seed={args.seed} must be a non-negative integer (the run's public "
+                     "--seed, which the simulated time zones derive from).")
+  robustness = _fractions(args.robustness)
+  if any(not 0.0 < f < 1.0 for f in robustness):
+    raise ValueError(f"--robustness={args.robustness!r}: every fraction must lie in (0, 1), "
+                     "e.g. 0.9,0.75,0.5 (min-sep 90 %, 75 %, 50 % of the prediction).")
+  if args.out_dir is not None and not args.out_dir.strip():
+    raise ValueError("--out_dir is empty; give a directory, or omit the flag to write nothing.")
   return plan_lib.PlanSettings(
       population=args.population, report_goal=args.report_goal, rounds=args.rounds,
       timer_hours=args.timer_hours, round_hours=args.round_hours,
       availability=args.availability, seed=args.seed, delta=args.delta,
       noise_multiplier=args.noise_multiplier, target_epsilon=args.target_epsilon,
       mechanisms=_mechanisms(args.mechanisms), buffers=args.buffers, trials=args.trials,
-      robustness=_fractions(args.robustness), bandmf_max_seconds=args.bandmf_max_seconds,
-      compare=args.compare)
+      robustness=robustness, bandmf_max_seconds=args.bandmf_max_seconds,
+      compare=args.compare or "rms_noise")
+
+
+def plan_data(plan: plan_lib.Plan, params: Optional[dict[str, str]]) -> dict:
+  """The plan as JSON; with the written parameter files, the training flags of each trainable
+  mechanism (None for one without streaming noise, e.g. tree_full)."""
+  data = plan.to_dict()
+  if params:
+    data["mechanism_params"] = params
+    data["training_flags"] = {
+        m.name: (plan_lib.training_flags(plan, m, params[m.name])
+                 if m.buffers is not None else None) for m in plan.mechanisms}
+  return data
 
 
 def write_outputs(plan: plan_lib.Plan, out_dir: str) -> dict[str, str]:
@@ -92,9 +118,7 @@ def write_outputs(plan: plan_lib.Plan, out_dir: str) -> dict[str, str]:
     path = os.path.join(out_dir, f"{mechanism.name}.json")
     files.atomic_write_json(path, mechanism.params, indent=1)
     params[mechanism.name] = path
-  data = plan.to_dict()
-  data["mechanism_params"] = params
-  files.atomic_write_json(os.path.join(out_dir, PLAN_JSON), data, indent=1)
+  files.atomic_write_json(os.path.join(out_dir, PLAN_JSON), plan_data(plan, params), indent=1)
   from dp_fl.training import figures  # pylint: disable=g-import-not-at-top
   with open(os.path.join(out_dir, PLAN_JSON), encoding="utf-8") as f:  # Drawn from the file.
     figures.save_figure(plan_lib.epsilon_figure(json.load(f)),
@@ -119,9 +143,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                       help="σ of the first mechanism (see --compare)")
   parser.add_argument("--target_epsilon", type=float, default=None,
                       help="calibrate σ per mechanism for this ε")
-  parser.add_argument("--compare", choices=plan_lib.COMPARE, default="rms_noise",
-                      help="rms_noise: the other mechanisms get the σ of equal RMS prefix-sum "
-                           "noise (equal utility, paper 004 Sec. 5); noise_multiplier: all σ")
+  parser.add_argument("--compare", choices=plan_lib.COMPARE, default=None,
+                      help="with --noise_multiplier; rms_noise (default): the other "
+                           "mechanisms get the σ of equal RMS prefix-sum noise (equal utility, "
+                           "paper 004 Sec. 5); noise_multiplier: all the same σ")
   parser.add_argument("--mechanisms", default=",".join(plan_lib.DEFAULT_MECHANISMS),
                       help=f"comma-separated, from {', '.join(catalog.names())}")
   parser.add_argument("--buffers", type=int, default=4, help="BLT buffers d")
@@ -145,16 +170,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
   def body() -> int:
     settings = settings_from_flags(args)
-    out_dir = files.workspace_path(args.out_dir) if args.out_dir else None
+    out_dir = files.workspace_path(args.out_dir) if args.out_dir is not None else None
     if out_dir:
       resources.ensure_writable_dir("--out_dir", out_dir)
     plan = plan_lib.make_plan(settings)
     params = write_outputs(plan, out_dir) if out_dir else None
     if args.format == "json":
-      data = plan.to_dict()
-      if params:
-        data["mechanism_params"] = params
-      print(json.dumps(data, indent=1))
+      print(json.dumps(plan_data(plan, params), indent=1))
     else:
       print(plan_lib.format_table(plan, params))
     return exits.COMPLETED

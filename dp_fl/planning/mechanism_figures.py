@@ -188,6 +188,8 @@ def _figure_data(number: int, title: str, caption: str, paper: Mapping[str, Any]
                  differences: Sequence[str], checks: Sequence[Mapping[str, Any]],
                  panels: Sequence[Mapping[str, Any]], scale: _Scale, started: float,
                  **extra: Any) -> dict[str, Any]:
+  if scale.quick:  # The paper's n and b appear in `title`; say they were scaled down.
+    title += f" [quick: n and b scaled by {scale.rounds}/{PAPER_ROUNDS}]"
   return {"title": f"Paper 004, Fig. {number}: {title}", "caption": caption,
           "paper": dict(paper), "differences": list(differences), "checks": list(checks),
           "panels": list(panels), "quick": scale.quick, "rounds": scale.rounds,

@@ -122,6 +122,8 @@ class PlanSettings:
     _checks.check_positive("bandmf_max_seconds", self.bandmf_max_seconds)
     if self.compare not in COMPARE:
       raise ValueError(f"`compare` must be one of {COMPARE}; got {self.compare!r}.")
+    if len(set(self.mechanisms)) != len(self.mechanisms):
+      raise ValueError(f"`mechanisms` lists a mechanism twice: {list(self.mechanisms)}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +305,24 @@ class Plan:
           f"{p.optimistic_min_sep}, availability {s.availability}); a shorter --timer_hours or "
           "a larger population fills them. Short rounds keep the fixed denominator, so privacy "
           "holds but the noise weighs more")
+    skipped = max(p.skipped_empty_per_trial)
+    if skipped:
+      out.append(
+          f"up to {skipped} rounds of the clock found no eligible, available device and were "
+          f"skipped (no row of C): the {s.rounds} rounds take {(s.rounds + skipped) / s.rounds:.2g}× "
+          f"the clock time, about {max(p.simulated_days_per_trial):.3g} days, and rows of C "
+          "come closer together than the timer's rounds (a lower min-sep). A timer of at most "
+          f"⌊N/m⌋ × round_hours = {p.optimistic_min_sep * s.round_hours:g} h, or a larger "
+          "population, keeps devices eligible" + (
+              "; with diurnal availability nights stay empty" if s.availability == "diurnal"
+              else ""))
+    seps = [x for x in p.min_sep_per_trial if x is not None]
+    if (len(seps) != len(p.min_sep_per_trial) and seps) or (
+        seps and max(seps) > 1.1 * min(seps)):
+      out.append(
+          f"the trials disagree on the min-sep ({_fmt_list(p.min_sep_per_trial)}): the realized "
+          "value is uncertain; the plan uses the smallest, raise --trials to see the spread "
+          "better, and read the robustness rows for the cost of a lower one")
     if p.min_sep is not None and p.min_sep < p.optimistic_min_sep:
       out.append(f"the realized min-sep ({p.min_sep}) is below the optimistic ⌊N/m⌋ = "
                  f"{p.optimistic_min_sep}: a mechanism optimized for the formula would be "
@@ -446,9 +466,9 @@ def training_flags(plan: Plan, mechanism: MechanismPlan, params_path: str) -> li
           f"--noise_multiplier={mechanism.noise_multiplier!r}",
           f"--rounds={s.rounds}", f"--clients_per_round={s.report_goal}",
           f"--min_sep={p.planned_min_sep}", f"--max_participations={p.max_participations}",
-          "--participation=device_timer", f"--timer_hours={s.timer_hours:g}",
-          f"--round_hours={s.round_hours:g}", f"--availability={s.availability}",
-          f"--seed={s.seed}", f"--delta={s.delta:g}"]
+          "--participation=device_timer", f"--timer_hours={s.timer_hours!r}",
+          f"--round_hours={s.round_hours!r}", f"--availability={s.availability}",
+          f"--seed={s.seed}", f"--delta={s.delta!r}"]
 
 
 def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> str:
@@ -502,7 +522,10 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
   if params_paths:
     lines += ["", "Train as planned (each mechanism's parameters were written):"]
     for m in plan.mechanisms:
-      if m.name in params_paths:
+      if m.buffers is None:  # No streaming noise (TreeAgg-Full decodes all rounds at once).
+        lines.append(f"  {m.name}: not trainable (no streaming noise generator); shown for "
+                     "comparison only")
+      elif m.name in params_paths:
         lines.append("  " + " ".join(training_flags(plan, m, params_paths[m.name])))
   lines += ["", SCOPE]
   return "\n".join(lines)

@@ -25,7 +25,7 @@ PT_BR_LIKE = dict(population=280, report_goal=2, rounds=200, timer_hours=59.0, r
 
 
 def _run_plan(capsys, tmp_path, *flags):
-  code = plan_script.main([*flags, "--format", "json", "--out_dir", str(tmp_path / "plan")])
+  code = plan_script.main([*flags, "--format", "json", f"--out_dir={tmp_path / 'plan'}"])
   out, err = capsys.readouterr()
   assert code == 0, err
   return json.loads(out)
@@ -85,6 +85,14 @@ def test_epsilon_equals_scripts_privacy_and_params_feed_training(capsys, tmp_pat
   assert os.path.getsize(tmp_path / "plan" / plan_script.EPSILON_PNG) > 10_000
   saved = json.loads((tmp_path / "plan" / plan_script.PLAN_JSON).read_text())
   assert saved["prediction"] == prediction
+  # The printed training flags carry the plan's settings exactly (repr, not rounded).
+  flags = dict(f[2:].split("=", 1) for f in data["training_flags"]["blt"])
+  blt = data["mechanisms"][0]
+  assert float(flags["noise_multiplier"]) == blt["noise_multiplier"]
+  assert float(flags["timer_hours"]) == PT_BR_LIKE["timer_hours"]
+  assert float(flags["round_hours"]) == PT_BR_LIKE["round_hours"]
+  assert float(flags["delta"]) == 1e-10 and flags["mechanism_params"].endswith("blt.json")
+  assert int(flags["min_sep"]) == prediction["planned_min_sep"]
 
 
 def test_equal_rms_noise_comparison_and_target_epsilon():
@@ -121,6 +129,25 @@ def test_robustness_and_epsilon_curve():
   assert all(a <= b + 1e-12 for a, b in zip(eps, eps[1:]))  # ε never decreases with rounds.
 
 
+def test_training_flags_only_for_trainable_mechanisms():
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=1,
+                                                  mechanisms=("blt", "tree_full")))
+  table = plan_lib.format_table(plan, {"blt": "b.json", "tree_full": "t.json"})
+  assert "--mechanism=blt --mechanism_params=b.json --noise_multiplier=8.0" in table
+  assert "--mechanism=tree_full" not in table and "tree_full: not trainable" in table
+
+
+def test_warnings_for_skipped_rounds_and_disagreeing_trials():
+  stalled = plan_lib.make_plan(plan_lib.PlanSettings(
+      population=100, report_goal=10, rounds=60, timer_hours=50.0, round_hours=1.0,
+      noise_multiplier=5.0, trials=2, mechanisms=("blt",)))
+  assert any("skipped (no row of C)" in w and "10 h" in w for w in stalled.warnings())
+  spread = plan_lib.make_plan(plan_lib.PlanSettings(
+      population=5000, report_goal=1, rounds=100, timer_hours=1.0, round_hours=1.0,
+      noise_multiplier=5.0, trials=3, mechanisms=("blt",)))
+  assert any("trials disagree" in w for w in spread.warnings())
+
+
 def test_bandmf_is_skipped_with_the_reason_when_too_slow():
   plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=1,
                                                   mechanisms=("blt", "bandmf"),
@@ -139,6 +166,11 @@ def test_bandmf_is_skipped_with_the_reason_when_too_slow():
     (["--robustness=0.5,1.5"], "robustness"),
     (["--robustness=half"], "--robustness"),
     (["--delta=0.5"], "--delta"),
+    (["--mechanisms=blt,blt"], "twice"),
+    (["--target_epsilon=1", "--compare=noise_multiplier"], "--compare"),
+    (["--seed=-1"], "--seed"),
+    (["--robustness=0"], "--robustness"),
+    (["--out_dir="], "--out_dir"),
     (["--rounds=0"], "--rounds"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(capsys, flags, named):

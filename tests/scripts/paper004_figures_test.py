@@ -41,6 +41,29 @@ def test_bad_flags_exit_2_naming_the_flag(capsys, tmp_path, flags, named):
   assert named in capsys.readouterr().err
 
 
+def test_replot_refuses_another_figures_json(capsys, tmp_path):
+  assert paper004_figures.main(["--quick", f"--out_dir={tmp_path}", "--only=fig10"]) == 0
+  capsys.readouterr()
+  data = json.loads((tmp_path / "fig10_blt_toeplitz_coefficients.json").read_text())
+  assert data["figure"] == "fig10_blt_toeplitz_coefficients" and data["quick"] is True
+  (tmp_path / "fig09_epsilon_vs_rounds.json").write_text(json.dumps(data))
+  assert paper004_figures.main(["--replot", f"--out_dir={tmp_path}", "--only=fig09"]) == 2
+  assert "fig10_blt_toeplitz_coefficients" in capsys.readouterr().err
+
+
+def test_committed_figures_replot_from_their_json(capsys, tmp_path):
+  """docs/figures holds every figure's JSON, named for it and computed at full size."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  committed = os.path.join(root, "docs", "figures")
+  for figure in paper004_figures.FIGURES:
+    data = json.loads(open(os.path.join(committed, figure.name + ".json"),
+                           encoding="utf-8").read())
+    assert data["figure"] == figure.name and data["quick"] is False
+    with open(tmp_path / (figure.name + ".json"), "w", encoding="utf-8") as f:
+      json.dump(data, f)
+  assert paper004_figures.main(["--replot", f"--out_dir={tmp_path}"]) == 0
+
+
 def test_unwritable_out_dir(capsys, tmp_path):
   blocker = tmp_path / "file"
   blocker.write_text("x")
