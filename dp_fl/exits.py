@@ -104,6 +104,10 @@ def _classify(error: BaseException, debug: bool) -> tuple[int, str]:
     return BAD_INPUT, f"error: {error}"
   if isinstance(error, OSError):
     return ENVIRONMENT, f"error: {describe_os_error(error)}"
+  if isinstance(error, runtime.RemoteWorkerError):
+    return ENVIRONMENT, (f"error: {_first_line(error, 300)}. What was checkpointed is intact: "
+                         "bring the worker back (or drop it from --workers) and rerun the same "
+                         "command to resume from the last checkpoint")
   if runtime.is_worker_lost(error):
     return ENVIRONMENT, ("error: the TFF worker process stopped (crashed or was killed: "
                          f"{_first_line(error, 200)}); what was checkpointed is intact — rerun "

@@ -97,6 +97,13 @@ class _GuardedPopen(subprocess.Popen):
 _started_worker_pids: set[int] = set()
 
 
+def start_worker_process(args: list[str], **popen_kwargs: Any) -> subprocess.Popen:
+  """Starts a TFF worker (or any child that must not outlive this process) as TFF's own
+  workers are started here: SIGKILLed when this process dies, in its own process group,
+  stopped by `shutdown_workers` and at exit (`scripts/worker`, tests, benchmarks)."""
+  return _GuardedPopen(args, **popen_kwargs)
+
+
 def _guarded_subprocess_module() -> types.ModuleType:
   module = types.ModuleType("subprocess")
   module.__dict__.update(subprocess.__dict__)
@@ -273,6 +280,34 @@ def execution_context(
     # enclosing context (e.g. a test's) keeps its own.
     shutdown_workers(keep=enclosing_workers)
     stack.set_default_context(previous)
+
+
+def parse_workers(text: str) -> tuple[str, ...]:
+  """`--workers` as ("host:port", ...); errors name the flag, the entry and the fix."""
+  entries = [e.strip() for e in str(text).split(",") if e.strip()]
+  if not entries:
+    raise ValueError(f"--workers={text!r} names no worker; pass HOST:PORT[,HOST:PORT...], e.g. "
+                     "--workers=localhost:8000,localhost:8001.")
+  for entry in entries:
+    host, sep, port = entry.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise ValueError(f"--workers: {entry!r} is not HOST:PORT with a port in 1..65535; pass "
+                       "e.g. --workers=localhost:8000,10.0.0.7:8000.")
+  if len(set(entries)) != len(entries):
+    raise ValueError(f"--workers={text!r} lists a worker twice; list each once.")
+  return tuple(entries)
+
+
+class RemoteWorkerError(RuntimeError):
+  """A remote TFF worker (`--workers`) failed, hung past its deadline, or cannot be reached.
+
+  Not retried (unlike a lost local worker): the job stops naming the worker; nothing of the
+  round was applied, so its last checkpoint is intact and a rerun resumes exactly.
+  """
+
+  def __init__(self, address: str, what: str):
+    super().__init__(f"worker {address} {what}")
+    self.address = address
 
 
 def is_worker_lost(error: BaseException) -> bool:

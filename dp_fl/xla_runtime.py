@@ -254,7 +254,12 @@ class MapReduceProcess:
   threads (`tests/runtime/xla_runtime_test.py`).
   """
 
-  def __init__(self, process: Any, device: Optional[str] = None, parallel_clients: int = 1):
+  def __init__(self, process: Any, device: Optional[str] = None, parallel_clients: int = 1,
+               client_work: Optional[Any] = None):
+    """`client_work(work, ...)`: optional factory of a callable running the clients' `work`
+    elsewhere (`remote_workers.RemoteClientWork`): given the round's client datasets and the
+    client input (a Python structure), it returns each client's result in client order. The
+    server steps stay here either way."""
     if not isinstance(parallel_clients, int) or parallel_clients < 1:
       raise ValueError(f"`parallel_clients` must be a positive int; got {parallel_clients!r}.")
     self.device = device
@@ -279,6 +284,7 @@ class MapReduceProcess:
     self._work_split = [num_leaves(t) for _, t in structure.iter_elements(work_result)]
     self._bounds = [functions[name]() for name in (
         "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")]
+    self._client_work = client_work(form.work) if client_work is not None else None
 
   def initialize(self) -> list[tf.Tensor]:
     """The initial state's leaves, on the device."""
@@ -312,8 +318,14 @@ class MapReduceProcess:
       finally:
         self._work_copies.put(copy)
 
-    outputs = (self._pool.map(work, client_data) if self._pool is not None
-               else map(work, client_data))
+    if self._client_work is not None:
+      work_type = self.form.work.type_signature
+      client_input_value = pack(client_input, work_type.parameter[1])
+      outputs = [flatten(result, work_type.result)
+                 for result in self._client_work(client_data, client_input_value)]
+    else:
+      outputs = (self._pool.map(work, client_data) if self._pool is not None
+                 else map(work, client_data))
     for leaves in outputs:  # In client order, whatever order the threads finish in.
       update, rest = leaves[:sizes[0]], leaves[sizes[0]:]
       accumulator = fn["accumulate"](*accumulator, *update)

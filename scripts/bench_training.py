@@ -19,7 +19,7 @@ Run: ``.venv/bin/python -m scripts.bench_training [--clients 10 --rounds 8
 --local_batches 16]`` (synthetic corpus, model at the paper's sizes). Each client takes
 `--local_batches` SGD steps on batches of 16 sentences: 16 is the work of a paper 004
 StackOverflow client (up to 256 sentences, batch 16, one epoch), 1 the worst case for any
-per-round overhead. Rounds of all settings are timed interleaved (see `_interleaved_seconds`).
+per-round overhead. Rounds of all settings are timed interleaved (see `interleaved_seconds`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _seconds(fn) -> float:
   return time.perf_counter() - start
 
 
-def _interleaved_seconds(steps: dict, rounds: int) -> dict[str, list[float]]:
+def interleaved_seconds(steps: dict, rounds: int) -> dict[str, list[float]]:
   """Times `rounds` calls of every step, interleaved (the order rotates each round).
 
   On a shared 2-core machine a round's time drifts by ±30 % over minutes; timing the settings
@@ -60,7 +60,7 @@ def _interleaved_seconds(steps: dict, rounds: int) -> dict[str, list[float]]:
   return times
 
 
-def _timing(times: list[float]) -> dict:
+def timing(times: list[float]) -> dict:
   """Median seconds and rounds per second of timed rounds, with the rounds' times."""
   median = float(np.median(times))
   return {"seconds_per_round": median, "rounds_per_second": 1.0 / median, "times": times}
@@ -146,19 +146,19 @@ def main(argv=None) -> int:
         learner = learners.XlaLearner(process, process.initialize(), 1, args.device)
         steps[f"{name}_xla{'_jit' if jit else ''}"] = learner_round(learner)
     steps["plain_tf"] = _plain_tf_round(task, batches)
-    times = _interleaved_seconds(steps, args.rounds)
+    times = interleaved_seconds(steps, args.rounds)
     for name in mechanisms:
-      report["tff"][name] = _timing(times[name])
+      report["tff"][name] = timing(times[name])
       if args.python_rounds > 0:
         # Calling `process.next(state, data)` from Python instead: the state crosses into and
         # out of the worker every round.
         state = residents[name].state()
-        python_times = _interleaved_seconds(
+        python_times = interleaved_seconds(
             {name: lambda: processes[name].next(state, datasets)}, args.python_rounds)[name]
         report["tff"][name].update(
             python_driven_seconds_per_round=float(np.median(python_times)),
             python_driven_times=python_times)
-    report["plain_tf"] = _timing(times["plain_tf"])
+    report["plain_tf"] = timing(times["plain_tf"])
     blt_process, blt_state = processes["blt"], residents["blt"].state()
     for resident_process in residents.values():
       resident_process.close()
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
   xla_speed = {name: _ratio_summary(times[name], times[name.split("_xla")[0]])
                for name in times if "_xla" in name}
   report["xla_runtime"] = {
-      name: {**_timing(times[name]),
+      name: {**timing(times[name]),
              "speed_relative_to_cpp_worker": 1.0 / xla_speed[name]["median"],
              "speed_relative_to_plain_tf": float(np.median(
                  np.array(times["plain_tf"]) / np.array(times[name])))}

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl import runtime as runtime_lib
 from dp_fl.training import learners
 from dp_fl.training import policies
 from dp_fl.training import registry
@@ -122,6 +123,11 @@ class TrainingConfig:
     runtime: how rounds execute, one of `learners.RUNTIMES` (dp_fl/training/learners.py);
       checkpoints resume in either.
     device: where the `xla` runtime runs, one of `learners.DEVICES`.
+    workers: "HOST:PORT,..." of remote TFF workers (`scripts/worker`): the round's clients are
+      split over them and the DP aggregation runs here (runtime `workers`, which giving
+      `workers` selects); None: no remote workers.
+    worker_timeout_seconds: deadline of every call to a remote worker; a worker that does not
+      answer within it stops the job with an error naming it (checkpoint intact).
   """
   task: str
   root_dir: str
@@ -164,6 +170,8 @@ class TrainingConfig:
   jit_compile: bool = False
   runtime: str = "tff_worker"
   device: str = "auto"
+  workers: Optional[str] = None
+  worker_timeout_seconds: float = 600.0
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:
@@ -224,6 +232,7 @@ class TrainingConfig:
     if not isinstance(self.jit_compile, bool):
       raise ValueError(f"`jit_compile` must be a bool; got {self.jit_compile!r}.")
     _one_of("runtime", self.runtime, tuple(learners.RUNTIMES))
+    self._check_workers()
     _one_of("device", self.device, learners.DEVICES)
     if self.jit_compile and not learners.runtime(self.runtime).jit_compile:
       raise ValueError(
@@ -233,6 +242,24 @@ class TrainingConfig:
           "(dp_fl/training/client_work.py, docs/BENCHMARKS.md). Use --runtime=xla, or drop "
           "--jit_compile.")
     registry.mechanism(self.mechanism).check_config(self)
+
+  def _check_workers(self) -> None:
+    """`workers` selects runtime `workers` (from the default); other runtimes refuse it."""
+    _checks.check_in_range("worker_timeout_seconds", self.worker_timeout_seconds, 0.1, 86400.0,
+                           why="a deadline per call to a remote worker; typical 60–1800 s")
+    if self.workers is None:
+      if self.runtime == "workers":
+        raise ValueError("--runtime=workers needs --workers=HOST:PORT[,HOST:PORT...] (remote "
+                         "TFF workers started with `./bazelw run //scripts:worker`).")
+      return
+    if not isinstance(self.workers, str):
+      raise ValueError(f"`workers` must be a 'HOST:PORT,...' string; got {self.workers!r}.")
+    runtime_lib.parse_workers(self.workers)
+    if self.runtime == "tff_worker":
+      object.__setattr__(self, "runtime", "workers")
+    elif self.runtime != "workers":
+      raise ValueError(f"--workers runs the clients on remote TFF workers (runtime 'workers'); "
+                       f"--runtime={self.runtime} cannot take it. Drop --runtime or --workers.")
 
   # -- serialization -------------------------------------------------------------------
 

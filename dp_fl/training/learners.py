@@ -25,6 +25,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Optional
 
+from dp_fl import runtime as runtime_lib
 from dp_fl.training import outputs as outputs_lib
 
 
@@ -87,8 +88,8 @@ class TffWorkerLearner(_Learner):
   """Rounds in TFF's C++ worker with the state resident there (`resident.py`; ≈ 1.5 s per
   round saved for BLT at the paper's model size)."""
 
-  def __init__(self, process: Any, state: Any, client_epochs: int, device: str):
-    del device  # The C++ worker has no device choice (it is built without CUDA).
+  def __init__(self, process: Any, state: Any, client_epochs: int, device: str, **unused: Any):
+    del device, unused  # The C++ worker has no device choice (it is built without CUDA).
     super().__init__(process, client_epochs)
     from dp_fl.training import resident as resident_lib  # pylint: disable=g-import-not-at-top
     self.resident = resident_lib.ResidentProcess(process, state)
@@ -114,13 +115,16 @@ class XlaLearner(_Learner):
   """Rounds in this process on `device` (`dp_fl/xla_runtime.py`); the state's tensors stay
   on the device and are read back only for `state()`."""
 
-  def __init__(self, process: Any, state: Any, client_epochs: int, device: str):
+  def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
+               client_work: Optional[Callable[[Any], Any]] = None, **unused: Any):
+    del unused
     super().__init__(process, client_epochs)
     from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
     self.device = xla_runtime.select_device(device)
     # One client per core: results do not depend on it (updates accumulate in client order).
     self.mapreduce = xla_runtime.MapReduceProcess(process, self.device,
-                                                  parallel_clients=os.cpu_count() or 1)
+                                                  parallel_clients=os.cpu_count() or 1,
+                                                  client_work=client_work)
     self._leaves = self.mapreduce.state_leaves(state)
     self._state: Optional[Any] = state
 
@@ -142,6 +146,31 @@ class XlaLearner(_Learner):
     self._state = state
 
 
+class WorkersLearner(XlaLearner):
+  """Clients' work on remote TFF workers (`--workers`), the server steps — the DP aggregation,
+  its noise and state — in this process on `device` (`dp_fl/remote_workers.py`)."""
+
+  def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
+               workers: Optional[str] = None, worker_timeout_seconds: float = 600.0,
+               **unused: Any):
+    from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+    if not workers:
+      raise ValueError("--runtime=workers needs --workers=HOST:PORT[,HOST:PORT...].")
+    addresses = runtime_lib.parse_workers(workers)
+    self._remote: Optional[Any] = None
+
+    def client_work(work: Any) -> Any:
+      self._remote = remote_workers.RemoteClientWork(work, addresses, worker_timeout_seconds)
+      return self._remote
+
+    super().__init__(process, state, client_epochs, device, client_work=client_work, **unused)
+
+  def close(self) -> None:
+    if self._remote is not None:
+      self._remote.close()
+    super().close()
+
+
 DEVICES = ("auto", "cpu", "gpu", "tpu")
 """`--device` (runtime `xla`): auto = a GPU, else a TPU, else the CPU TensorFlow sees."""
 
@@ -157,6 +186,8 @@ class Runtime:
 
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
     Runtime("tff_worker", "TFF's C++ worker_binary (CPU, no XLA)", TffWorkerLearner, False),
+    Runtime("workers", "clients on the remote TFF workers of --workers, the DP aggregation "
+            "in this process on --device (docs/DISTRIBUTED.md)", WorkersLearner, False),
     Runtime("xla", "in-process MapReduceForm with TensorFlow on --device, XLA client step "
             "with --jit_compile", XlaLearner, True),
 )}

@@ -424,8 +424,9 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
   write_data_quality(task, config.root_dir, outputs)
-  learner = learners_lib.runtime(config.runtime).learner(process, state, config.client_epochs,
-                                                         config.device)
+  learner = learners_lib.runtime(config.runtime).learner(
+      process, state, config.client_epochs, config.device, workers=config.workers,
+      worker_timeout_seconds=config.worker_timeout_seconds)
   del state
 
   def save_checkpoint(round_number: int) -> None:
