@@ -34,7 +34,6 @@ from tensorflow_federated.python.core.impl.executors import remote_executor_grpc
 
 from dp_fl import runtime
 
-DEFAULT_TIMEOUT_SECONDS = 600.0
 CONNECT_TIMEOUT_SECONDS = 30.0
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000  # As TFF's own local channel.
 _CHANNEL_OPTIONS = [("grpc.max_message_length", _MAX_MESSAGE_BYTES),
@@ -96,7 +95,7 @@ class RemoteClientWork:
   """MapReduceForm `work` for a round's clients, on remote TFF workers (module docstring)."""
 
   def __init__(self, work: Any, addresses: Sequence[str],
-               timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+               timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
                connect_seconds: float = CONNECT_TIMEOUT_SECONDS):
     self.addresses = tuple(addresses)
     if not self.addresses:

@@ -298,6 +298,10 @@ def parse_workers(text: str) -> tuple[str, ...]:
   return tuple(entries)
 
 
+DEFAULT_WORKER_TIMEOUT_SECONDS = 600.0
+"""Deadline of every call to a remote worker (`--worker_timeout_seconds`)."""
+
+
 class RemoteWorkerError(RuntimeError):
   """A remote TFF worker (`--workers`) failed, hung past its deadline, or cannot be reached.
 

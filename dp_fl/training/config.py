@@ -171,7 +171,7 @@ class TrainingConfig:
   runtime: str = "tff_worker"
   device: str = "auto"
   workers: Optional[str] = None
-  worker_timeout_seconds: float = 600.0
+  worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:

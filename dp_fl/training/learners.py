@@ -151,12 +151,11 @@ class WorkersLearner(XlaLearner):
   its noise and state — in this process on `device` (`dp_fl/remote_workers.py`)."""
 
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
-               workers: Optional[str] = None, worker_timeout_seconds: float = 600.0,
+               workers: Optional[str] = None,
+               worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
                **unused: Any):
     from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
-    if not workers:
-      raise ValueError("--runtime=workers needs --workers=HOST:PORT[,HOST:PORT...].")
-    addresses = runtime_lib.parse_workers(workers)
+    addresses = runtime_lib.parse_workers(workers or "")
     self._remote: Optional[Any] = None
 
     def client_work(work: Any) -> Any:
