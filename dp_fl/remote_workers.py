@@ -1,14 +1,22 @@
 """A round's clients on TFF workers on other hosts (`--workers=HOST:PORT,...`).
 
 TFF 0.87's server is the C++ `worker_binary` (started on each host by `scripts/worker`); a
-client reaches it through `RemoteExecutor` over a gRPC channel. This module gives
-`xla_runtime.MapReduceProcess` a `RemoteClientWork`: the round's client datasets are split in
-contiguous chunks over the workers, each worker runs MapReduceForm's `work` (local training,
-clipping — everything a client does) for its chunk as one `federated_map`, and the per-client
-results come back in client order. Everything after — accumulate, merge, report, the secure
-sums and `update`, i.e. the DP aggregation with its noise step and the noise state — runs once,
-in the training process, exactly as locally: only the client input (model) and the clients'
-data go out, only their clipped updates come back.
+client reaches it through `RemoteExecutor` over a gRPC channel (plaintext, or TLS to a TLS
+front end: `runtime.TlsFiles`). This module gives `xla_runtime.MapReduceProcess` a
+`RemoteClientWork`: the round's client datasets are split in contiguous chunks over the
+workers, and each worker runs, for its chunk, MapReduceForm's `work` (local training,
+clipping — everything a client does) and folds the results with the form's `zero`,
+`accumulate` and `merge` into one partial accumulator (`partial_aggregation`). The rest —
+merging the workers' accumulators, `report`, the secure sums and `update`, i.e. the DP
+aggregation with its noise step and the noise state — runs once, in the training process,
+exactly as locally: only the client input (model) and the clients' data go out, only one
+accumulator per worker comes back.
+
+Before any work, each worker's version is checked (`check_version`): TFF's worker_binary has no
+version RPC, so `scripts/worker` starts it in a private directory holding dp_fl's version stamp
+(`runtime.worker_stamp`: the dp_fl release, TFF and TensorFlow versions) and a one-client probe
+computation run on the worker reads that file back. A worker of another version, or a bare
+worker_binary without the stamp, is refused naming it and both versions.
 
 Faults are bounded: every RPC carries a deadline (`timeout_seconds`), so a hung worker raises
 instead of blocking; a dead one fails at once (gRPC UNAVAILABLE). Either becomes a
@@ -19,11 +27,16 @@ applied or recorded), so the last checkpoint stays intact and a rerun resumes ex
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import json
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import grpc
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import (
     tensorflow_computation)
@@ -33,6 +46,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from dp_fl import runtime
+from dp_fl import xla_runtime
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000  # As TFF's own local channel.
@@ -51,16 +65,22 @@ class _Deadline(grpc.UnaryUnaryClientInterceptor):
     return continuation(client_call_details._replace(timeout=self.seconds), request)
 
 
-def _context(address: str, timeout_seconds: float, connect_seconds: float) -> Any:
+def _context(address: str, timeout_seconds: float, connect_seconds: float,
+             tls: Optional[runtime.TlsFiles] = None) -> Any:
   """A synchronous TFF execution context whose executor is the worker at `address`."""
-  channel = grpc.intercept_channel(grpc.insecure_channel(address, _CHANNEL_OPTIONS),
-                                   _Deadline(timeout_seconds))
+  channel = (grpc.insecure_channel(address, _CHANNEL_OPTIONS) if tls is None else
+             grpc.secure_channel(address, tls.credentials(), _CHANNEL_OPTIONS))
+  channel = grpc.intercept_channel(channel, _Deadline(timeout_seconds))
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   start = time.monotonic()
   while not stub.is_ready:
     if time.monotonic() - start > connect_seconds:
+      hint = ("" if tls is None else
+              " (over TLS: is a TLS front end listening there, does its certificate name "
+              f"{address.rpartition(':')[0]!r} and chain to --worker_tls_ca_cert, and does it "
+              "accept this client's certificate?)")
       raise runtime.RemoteWorkerError(
-          address, f"not reachable within {connect_seconds:g} s; start it there with "
+          address, f"not reachable within {connect_seconds:g} s{hint}; start it there with "
           "`./bazelw run //scripts:worker -- --port=PORT` (docs/DISTRIBUTED.md) or drop it from "
           "--workers")
     time.sleep(0.05)
@@ -91,43 +111,213 @@ def split(count: int, parts: int) -> list[tuple[int, int]]:
   return bounds
 
 
-class RemoteClientWork:
-  """MapReduceForm `work` for a round's clients, on remote TFF workers (module docstring)."""
+def _leaf_values(value: Any) -> list[Any]:
+  """The tensors of a TFF struct value inside a TensorFlow computation."""
+  return structure.flatten(value)
 
-  def __init__(self, work: Any, addresses: Sequence[str],
+
+def connect(addresses: Sequence[str],
+            timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
+            connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
+            pool: Optional[concurrent.futures.Executor] = None,
+            tls: Optional[runtime.TlsFiles] = None) -> list[Any]:
+  """An execution context per worker address, each reachable and of this process's versions
+  (`check_version`, run on all workers at once); `runtime.RemoteWorkerError` otherwise."""
+  contexts = [_context(a, timeout_seconds, connect_seconds, tls) for a in addresses]
+  with contextlib.ExitStack() as stack:
+    if pool is None:
+      pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(len(contexts) or 1))
+    for future in [pool.submit(check_version, address, context, timeout_seconds)
+                   for address, context in zip(addresses, contexts)]:
+      future.result()
+  return contexts
+
+
+def partial_aggregation(form: Any) -> Any:
+  """The computation one worker runs per round: its clients' `work` folded into one
+  `xla_runtime.PartialAggregate` (as a Python structure at SERVER).
+
+      (data@CLIENTS, client_input@SERVER) -> <accumulator, <Σ secure inputs, max secure inputs>>@SERVER
+
+  `accumulator` is MapReduceForm's `federated_aggregate(update, zero, accumulate, merge)`
+  over the worker's clients, reported as is (`report` runs once, in the training process,
+  after the workers' accumulators are merged); the secure-sum inputs (cpSGD's modular
+  shares, ...) are summed, with their elementwise maximum so that the training process
+  checks every client's value against its bound. So each worker sends back one
+  accumulator-sized message per round, whatever its number of clients.
+  """
+  work = form.work
+  data_type, input_type = work.type_signature.parameter
+  accumulator_type = form.zero.type_signature.result
+  secure_types = xla_runtime.secure_leaf_types(form)
+  secure_type = tff.StructType(secure_types)
+  folded_type = tff.StructType([secure_type, secure_type])
+
+  @tff.tensorflow.computation(accumulator_type)
+  def as_is(accumulator):
+    return accumulator
+
+  @tff.tensorflow.computation(work.type_signature.result)
+  def secure_inputs(result):
+    return structure.pack_sequence_as(secure_type, [
+        leaf for _, part in list(structure.iter_elements(result))[1:]
+        for leaf in _leaf_values(part)])
+
+  @tff.tensorflow.computation
+  def secure_zero():
+    return structure.pack_sequence_as(folded_type, [
+        tf.zeros(t.shape, t.dtype) for t in secure_types] + [
+            tf.fill(t.shape, tf.constant(tf.as_dtype(t.dtype).min, t.dtype))
+            for t in secure_types])
+
+  def fold(sums, maxes, values_for_sum, values_for_max):
+    return structure.pack_sequence_as(folded_type, [
+        a + b for a, b in zip(_leaf_values(sums), values_for_sum)] + [
+            tf.maximum(a, b) for a, b in zip(_leaf_values(maxes), values_for_max)])
+
+  @tff.tensorflow.computation(folded_type, secure_type)
+  def secure_accumulate(folded, value):
+    values = _leaf_values(value)
+    return fold(folded[0], folded[1], values, values)
+
+  @tff.tensorflow.computation(folded_type, folded_type)
+  def secure_merge(a, b):
+    return fold(a[0], a[1], _leaf_values(b[0]), _leaf_values(b[1]))
+
+  @tff.tensorflow.computation(folded_type)
+  def secure_report(folded):
+    return folded
+
+  @tff.federated_computation(tff.FederatedType(data_type, tff.CLIENTS),
+                             tff.FederatedType(input_type, tff.SERVER))
+  def fold_clients(data, client_input):
+    results = tff.federated_map(work, (data, tff.federated_broadcast(client_input)))
+    accumulator = tff.federated_aggregate(results[0], form.zero(), form.accumulate,
+                                          form.merge, as_is)
+    if not secure_types:
+      return accumulator
+    secure = tff.federated_aggregate(tff.federated_map(secure_inputs, results), secure_zero(),
+                                     secure_accumulate, secure_merge, secure_report)
+    return tff.federated_zip((accumulator, secure))
+
+  return fold_clients
+
+
+class RemoteClientWork:
+  """MapReduceForm `work` for a round's clients on remote TFF workers, folded per worker
+  (`partial_aggregation`; module docstring)."""
+
+  def __init__(self, form: Any, addresses: Sequence[str],
                timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
-               connect_seconds: float = CONNECT_TIMEOUT_SECONDS):
+               connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
+               tls: Optional[runtime.TlsFiles] = None):
     self.addresses = tuple(addresses)
     if not self.addresses:
       raise ValueError("RemoteClientWork needs at least one worker address.")
     self.timeout_seconds = timeout_seconds
-    data_type, input_type = work.type_signature.parameter
-
-    @tff.federated_computation(tff.FederatedType(data_type, tff.CLIENTS),
-                               tff.FederatedType(input_type, tff.SERVER))
-    def clients_work(data, client_input):
-      return tff.federated_map(work, (data, tff.federated_broadcast(client_input)))
-
-    self._computation = clients_work
-    self._contexts = [_context(a, timeout_seconds, connect_seconds) for a in self.addresses]
+    self._computation = partial_aggregation(form)
+    self._accumulator_type = form.zero.type_signature.result
+    self._secure_types = xla_runtime.secure_leaf_types(form)
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self.addresses))
+    try:
+      self._contexts = connect(self.addresses, timeout_seconds, connect_seconds, self._pool,
+                               tls)
+    except BaseException:
+      self.close()
+      raise
 
-  def __call__(self, client_data: Sequence[Any], client_input: Any) -> list[Any]:
-    """Each client's `work` result (Python structures), in client order."""
+  def __call__(self, client_data: Sequence[Any], client_input: Any
+               ) -> list[xla_runtime.PartialAggregate]:
+    """One `PartialAggregate` per worker that had clients, in worker order."""
     chunks = split(len(client_data), len(self.addresses))
     futures = [(self.addresses[i], self._pool.submit(
         self._contexts[i].invoke, self._computation, (list(client_data[a:b]), client_input)))
                for i, (a, b) in enumerate(chunks)]
-    results: list[Any] = []
+    partials = []
     for address, future in futures:
       try:
-        results.extend(future.result())
+        folded = future.result()
       except Exception as e:  # pylint: disable=broad-except
         raise runtime.RemoteWorkerError(address, _describe(e, self.timeout_seconds)) from e
-    return results
+      partials.append(self._partial(folded))
+    return partials
+
+  def _partial(self, folded: Any) -> xla_runtime.PartialAggregate:
+    if not self._secure_types:
+      return xla_runtime.PartialAggregate(
+          xla_runtime.flatten(folded, self._accumulator_type), [], [])
+    accumulator, (sums, maxes) = folded
+    count = len(self._secure_types)
+    sums, maxes = tf.nest.flatten(sums), tf.nest.flatten(maxes)
+    if len(sums) != count or len(maxes) != count:
+      raise ValueError(f"A worker returned {len(sums)} secure sums for {count} inputs.")
+    return xla_runtime.PartialAggregate(
+        xla_runtime.flatten(accumulator, self._accumulator_type),
+        [tf.convert_to_tensor(x) for x in sums], [tf.convert_to_tensor(x) for x in maxes])
 
   def close(self) -> None:
     self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _stamp_probe() -> Any:
+  """A computation that returns, from one client on the worker, the bytes of the version stamp
+  in the worker's working directory (`tf.io.read_file` runs in the worker process)."""
+
+  @tff.tensorflow.computation(np.int32)
+  def read_stamp(unused_client):
+    del unused_client
+    return tf.io.read_file(runtime.WORKER_STAMP_FILE)
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def probe(clients):
+    return tff.federated_map(read_stamp, clients)
+
+  return probe
+
+
+def _versions(stamp: dict[str, Any]) -> str:
+  return ", ".join(f"{name} {stamp.get(name, '(none)')}" for name in runtime.worker_stamp())
+
+
+def check_version(address: str, context: Any,
+                  timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS) -> None:
+  """Refuses (`runtime.RemoteWorkerError`) a worker whose version stamp is missing, unreadable
+  or differs from this process's `runtime.worker_stamp()` (module docstring)."""
+  restart = ("start it with this checkout's `./bazelw run //scripts:worker -- --port=PORT` "
+             "(the same requirements*.lock installed there; docs/DISTRIBUTED.md)")
+  try:
+    (raw,) = context.invoke(_stamp_probe(), [0])
+  except Exception as e:  # pylint: disable=broad-except
+    if "No such file" in _details(e):
+      raise runtime.RemoteWorkerError(
+          address, f"carries no dp_fl version stamp ({runtime.WORKER_STAMP_FILE} in its "
+          "working directory): it is a bare TFF worker_binary or was started by a dp_fl older "
+          f"than 0.2.0, so its versions cannot be checked; {restart}") from e
+    raise runtime.RemoteWorkerError(
+        address, "could not run dp_fl's version check: "
+        f"{_describe(e, timeout_seconds)}") from e
+  try:
+    theirs = json.loads(raw)
+    if not isinstance(theirs, dict):
+      raise ValueError("not a JSON object")
+  except ValueError as e:
+    raise runtime.RemoteWorkerError(
+        address, f"has an unreadable dp_fl version stamp ({e}: {raw[:80]!r}); {restart}") from e
+  mine = runtime.worker_stamp()
+  if any(theirs.get(name) != version for name, version in mine.items()):
+    raise runtime.RemoteWorkerError(
+        address, f"runs {_versions(theirs)}, but this training process runs {_versions(mine)}; "
+        "a worker must run the same dp_fl, TensorFlow Federated and TensorFlow: stop it and "
+        + restart)
+
+
+def _details(error: BaseException) -> str:
+  """The text of `error` and of the errors it was raised from (TFF wraps gRPC's)."""
+  parts = []
+  while error is not None and len(parts) < 8:
+    parts.append(str(error))
+    error = error.__cause__ or error.__context__
+  return "\n".join(parts)
 
 
 def _describe(error: BaseException, timeout_seconds: float) -> str:

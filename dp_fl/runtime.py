@@ -34,6 +34,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
+import json
 import logging
 import os
 import signal
@@ -42,7 +44,10 @@ import sys
 import threading
 import types
 import warnings
+from importlib import metadata
 from typing import Any, Callable, Iterator, Optional, TypeVar
+
+import dp_fl
 
 _T = TypeVar("_T")
 
@@ -302,6 +307,55 @@ DEFAULT_WORKER_TIMEOUT_SECONDS = 600.0
 """Deadline of every call to a remote worker (`--worker_timeout_seconds`)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+  """TLS for the channels to remote workers (`--worker_tls_*`): PEM files of the CA that
+  signed the workers' certificates and, for mutual TLS, this process's certificate and key.
+
+  TFF's worker_binary serves plaintext gRPC only; TLS is terminated in front of it on the
+  worker host (a sidecar such as ghostunnel, stunnel or Envoy; docs/DISTRIBUTED.md). The
+  host in `--workers` must then be a name or address its certificate holds.
+  """
+  ca_cert: str
+  client_cert: Optional[str] = None
+  client_key: Optional[str] = None
+
+  def __post_init__(self):
+    if (self.client_cert is None) != (self.client_key is None):
+      raise ValueError("--worker_tls_client_cert and --worker_tls_client_key go together (mutual "
+                       f"TLS); got only {'the certificate' if self.client_key is None else 'the key'}."
+                       " Pass both, or neither for server-authenticated TLS.")
+    for flag, path in self._files():
+      _read_pem(flag, path)
+
+  def _files(self) -> list[tuple[str, str]]:
+    return [(flag, path) for flag, path in (
+        ("--worker_tls_ca_cert", self.ca_cert), ("--worker_tls_client_cert", self.client_cert),
+        ("--worker_tls_client_key", self.client_key)) if path is not None]
+
+  def credentials(self) -> Any:
+    """`grpc.ChannelCredentials` from the files (read now: a rotated certificate is picked up
+    by the next connection)."""
+    import grpc  # pylint: disable=g-import-not-at-top
+    pem = {flag: _read_pem(flag, path) for flag, path in self._files()}
+    return grpc.ssl_channel_credentials(
+        root_certificates=pem["--worker_tls_ca_cert"],
+        private_key=pem.get("--worker_tls_client_key"),
+        certificate_chain=pem.get("--worker_tls_client_cert"))
+
+
+def _read_pem(flag: str, path: str) -> bytes:
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    raise ValueError(f"{flag}={path!r} cannot be read ({e.strerror}); pass a PEM file.") from e
+  if b"-----BEGIN " not in data:
+    raise ValueError(f"{flag}={path!r} is not a PEM file (no '-----BEGIN' line); pass the "
+                     "PEM-encoded certificate or key.")
+  return data
+
+
 class RemoteWorkerError(RuntimeError):
   """A remote TFF worker (`--workers`) failed, hung past its deadline, or cannot be reached.
 
@@ -312,6 +366,30 @@ class RemoteWorkerError(RuntimeError):
   def __init__(self, address: str, what: str):
     super().__init__(f"worker {address} {what}")
     self.address = address
+
+
+# The version stamp a dp_fl worker carries (`scripts/worker` writes it into the worker's working
+# directory, where a probe computation run on the worker reads it: `remote_workers`). TFF's
+# worker_binary has no version RPC, and the graphs it runs are the client's, so this is how a
+# training process learns what a remote worker runs.
+WORKER_STAMP_FILE = "dp_fl_worker_stamp.json"
+_STAMPED_DISTRIBUTIONS = ("tensorflow-federated", "tensorflow")
+
+
+def worker_stamp() -> dict[str, str]:
+  """What a worker and the training process it serves must share: the dp_fl release and the
+  TFF and TensorFlow versions (the executor protocol and the kernels that run the graphs)."""
+  return {"dp_fl": dp_fl.__version__,
+          **{name: metadata.version(name) for name in _STAMPED_DISTRIBUTIONS}}
+
+
+def write_worker_stamp(directory: str, stamp: Optional[dict[str, str]] = None) -> str:
+  """Writes `stamp` (default: this process's `worker_stamp()`) as `directory/WORKER_STAMP_FILE`;
+  returns its path."""
+  path = os.path.join(directory, WORKER_STAMP_FILE)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(worker_stamp() if stamp is None else stamp, f, sort_keys=True)
+  return path
 
 
 def is_worker_lost(error: BaseException) -> bool:

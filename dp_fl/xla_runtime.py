@@ -245,6 +245,29 @@ class RoundOutput:
   output: list[tf.Tensor]
 
 
+@dataclasses.dataclass(frozen=True)
+class PartialAggregate:
+  """Some clients' `work`, folded: what the server needs of them and nothing more.
+
+  `accumulator`: MapReduceForm's accumulator over those clients (`zero`, then `accumulate`
+  in client order); `secure_sums` / `secure_maxes`: each secure-sum input leaf (bitwidth,
+  then max_input, then modular leaves) summed over those clients and its elementwise maximum
+  — the maximum lets the server check every client's value against its bound without seeing
+  the values. Partials are merged with MapReduceForm's `merge` (`MapReduceProcess.next`):
+  one partial for in-process clients, one per worker for `remote_workers`.
+  """
+  accumulator: list[tf.Tensor]
+  secure_sums: list[tf.Tensor]
+  secure_maxes: list[tf.Tensor]
+
+
+def secure_leaf_types(form: Any) -> list[Any]:
+  """The tensor types of the secure-sum inputs of `form.work`'s result, in `PartialAggregate`
+  order (bitwidth leaves, then max_input, then modular)."""
+  return [leaf for _, part in list(structure.iter_elements(form.work.type_signature.result))[1:]
+          for leaf in structure.flatten(part)]
+
+
 class MapReduceProcess:
   """`process.next` compiled to MapReduceForm and run in this process (module docstring).
 
@@ -256,10 +279,10 @@ class MapReduceProcess:
 
   def __init__(self, process: Any, device: Optional[str] = None, parallel_clients: int = 1,
                client_work: Optional[Any] = None):
-    """`client_work(work, ...)`: optional factory of a callable running the clients' `work`
+    """`client_work(form)`: optional factory of a callable running the clients' `work`
     elsewhere (`remote_workers.RemoteClientWork`): given the round's client datasets and the
-    client input (a Python structure), it returns each client's result in client order. The
-    server steps stay here either way."""
+    client input (a Python structure), it returns their `PartialAggregate`s. The server
+    steps — merge, report, the secure sums and update — stay here either way."""
     if not isinstance(parallel_clients, int) or parallel_clients < 1:
       raise ValueError(f"`parallel_clients` must be a positive int; got {parallel_clients!r}.")
     self.device = device
@@ -280,11 +303,11 @@ class MapReduceProcess:
       self._work_copies.put(TensorFlowFunction(form.work, device))
     self._pool = (concurrent.futures.ThreadPoolExecutor(parallel_clients)
                   if parallel_clients > 1 else None)
-    work_result = form.work.type_signature.result
-    self._work_split = [num_leaves(t) for _, t in structure.iter_elements(work_result)]
+    self._update_leaves = num_leaves(form.work.type_signature.result[0])
+    self._secure_types = secure_leaf_types(form)
     self._bounds = [functions[name]() for name in (
         "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")]
-    self._client_work = client_work(form.work) if client_work is not None else None
+    self._client_work = client_work(form) if client_work is not None else None
 
   def initialize(self) -> list[tf.Tensor]:
     """The initial state's leaves, on the device."""
@@ -302,13 +325,35 @@ class MapReduceProcess:
   def output(self, leaves: Sequence[tf.Tensor]) -> Any:
     return pack(leaves, self.output_type)
 
+  def client_input_value(self, client_input: Sequence[tf.Tensor]) -> Any:
+    """`prepare`'s result as the Python structure sent to remote workers."""
+    return pack(client_input, self.form.work.type_signature.parameter[1])
+
+  def prepare(self, state: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """The round's client input (`prepare` of the state's leaves)."""
+    return self._fn["prepare"](*state)
+
   def next(self, state: Sequence[tf.Tensor], client_data: Sequence[Any]) -> RoundOutput:
     """One round on `client_data` (one dataset per client) from the state's leaves."""
     fn = self._fn
-    client_input = fn["prepare"](*state)
+    client_input = self.prepare(state)
+    if self._client_work is not None:
+      partials = list(self._client_work(client_data, self.client_input_value(client_input)))
+    else:
+      partials = [self._local_partial(client_data, client_input)]
     accumulator = fn["zero"]()
-    secure_inputs: list[list[list[tf.Tensor]]] = [[], [], []]
-    sizes = self._work_split
+    for partial in partials:
+      accumulator = fn["merge"](*accumulator, *partial.accumulator)
+    report = fn["report"](*accumulator)
+    result = fn["update"](*state, *report, *self._secure_sums(partials))
+    num_state = num_leaves(self.state_type)
+    return RoundOutput(result[:num_state], result[num_state:])
+
+  def _local_partial(self, client_data: Sequence[Any], client_input: list[tf.Tensor]
+                     ) -> PartialAggregate:
+    """The round's clients' `work` here, on `parallel_clients` threads, folded in client
+    order whatever order the threads finish in."""
+    fn = self._fn
     data_type = self.form.work.type_signature.parameter[0]
 
     def work(data):
@@ -318,52 +363,57 @@ class MapReduceProcess:
       finally:
         self._work_copies.put(copy)
 
-    if self._client_work is not None:
-      work_type = self.form.work.type_signature
-      client_input_value = pack(client_input, work_type.parameter[1])
-      outputs = [flatten(result, work_type.result)
-                 for result in self._client_work(client_data, client_input_value)]
-    else:
-      outputs = (self._pool.map(work, client_data) if self._pool is not None
-                 else map(work, client_data))
-    for leaves in outputs:  # In client order, whatever order the threads finish in.
-      update, rest = leaves[:sizes[0]], leaves[sizes[0]:]
-      accumulator = fn["accumulate"](*accumulator, *update)
-      for i, size in enumerate(sizes[1:]):
-        secure_inputs[i].append(rest[:size])
-        rest = rest[size:]
-    merged = fn["merge"](*fn["zero"](), *accumulator)
-    report = fn["report"](*merged)
-    secure = self._secure_sums(secure_inputs, len(client_data))
-    result = fn["update"](*state, *report, *secure)
-    num_state = num_leaves(self.state_type)
-    return RoundOutput(result[:num_state], result[num_state:])
+    outputs = (self._pool.map(work, client_data) if self._pool is not None
+               else map(work, client_data))
+    accumulator = fn["zero"]()
+    columns: list[list[tf.Tensor]] = [[] for _ in self._secure_types]
+    for leaves in outputs:
+      accumulator = fn["accumulate"](*accumulator, *leaves[:self._update_leaves])
+      for column, value in zip(columns, leaves[self._update_leaves:]):
+        column.append(value)
+    return PartialAggregate(
+        accumulator,
+        [tf.add_n(c) if c else _zeros(t) for c, t in zip(columns, self._secure_types)],
+        [tf.reduce_max(tf.stack(c), axis=0) if c else _lowest(t)
+         for c, t in zip(columns, self._secure_types)])
 
-  def _secure_sums(self, inputs: list[list[list[tf.Tensor]]], num_clients: int
-                   ) -> list[tf.Tensor]:
-    """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`."""
-    bitwidth, max_input, modulus = self._bounds
+  def _secure_sums(self, partials: Sequence[PartialAggregate]) -> list[tf.Tensor]:
+    """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`: every
+    client's value (the partials' maxima) at most its bound, the modular sum reduced."""
     out = []
-    for kind, (values, bounds) in enumerate(zip(inputs, (bitwidth, max_input, modulus))):
-      for leaf, bound in enumerate(bounds):
-        column = [client[leaf] for client in values]
-        total = tf.add_n(column) if num_clients else tf.zeros_like(bound)
+    leaf = 0
+    for kind, bounds in enumerate(self._bounds):
+      for bound in bounds:
+        sums = [p.secure_sums[leaf] for p in partials]
+        total = tf.add_n(sums) if sums else _zeros(self._secure_types[leaf])
+        largest = [p.secure_maxes[leaf] for p in partials]
         if kind == 0:
           bits = int(bound)
           if bits > _MAX_SECURE_SUM_BITWIDTH:
             raise ValueError(f"secure_sum_bitwidth {bits} exceeds "
                              f"{_MAX_SECURE_SUM_BITWIDTH} (int64 sums).")
-          _check_each_at_most(column, 2 ** bits - 1, f"bitwidth {bits}")
+          _check_at_most(largest, 2 ** bits - 1, f"bitwidth {bits}")
         elif kind == 1:
-          _check_each_at_most(column, bound, "max_input")
+          _check_at_most(largest, bound, "max_input")
         else:
           total = tf.math.floormod(total, tf.cast(bound, total.dtype))
         out.append(total)
+        leaf += 1
     return out
 
 
-def _check_each_at_most(values: list[tf.Tensor], bound: Any, what: str) -> None:
-  for i, value in enumerate(values):
-    if not bool(tf.reduce_all(tf.cast(value, tf.int64) <= tf.cast(bound, tf.int64))):
-      raise ValueError(f"client {i}'s value for a secure sum exceeds its {what} "
+def _zeros(tensor_type: Any) -> tf.Tensor:
+  return tf.zeros(tensor_type.shape, tensor_type.dtype)
+
+
+def _lowest(tensor_type: Any) -> tf.Tensor:
+  """The elementwise maximum over no client: the dtype's smallest value."""
+  dtype = tf.as_dtype(tensor_type.dtype)
+  return tf.fill(tensor_type.shape, tf.constant(dtype.min, dtype))
+
+
+def _check_at_most(maxima: list[tf.Tensor], bound: Any, what: str) -> None:
+  for maximum in maxima:
+    if not bool(tf.reduce_all(tf.cast(maximum, tf.int64) <= tf.cast(bound, tf.int64))):
+      raise ValueError(f"a client's value for a secure sum exceeds its {what} "
                        f"({int(np.asarray(bound))}): the aggregator is broken.")

@@ -7,7 +7,7 @@ Every setting runs BLT-DP-FTRL (d = 4) rounds of `--clients` clients, each takin
 interleaved (`bench_training.interleaved_seconds`). The workers are `worker_binary` processes
 on loopback started as `scripts/worker` starts them. On this 2-core machine 2 and 4 workers
 share the same two cores, so the figure is the honest overhead of the remote path (the model
-out and the updates back over gRPC, per worker), not a speed-up; on hosts with more cores, or
+and the clients' data out, one folded accumulator back, per worker), not a speed-up; on hosts with more cores, or
 on several hosts, the clients' work divides over the workers while the server steps stay
 fixed (docs/BENCHMARKS.md).
 
@@ -34,6 +34,15 @@ def _free_port() -> int:
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     return s.getsockname()[1]
+
+
+def _nbytes(type_spec) -> int:
+  """Bytes of the tensors of a TFF type."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
+  if isinstance(type_spec, tff.StructType):
+    return sum(_nbytes(t) for t in structure.flatten(type_spec))
+  return int(np.prod(type_spec.shape, dtype=np.int64)) * np.dtype(type_spec.dtype).itemsize
 
 
 def main(argv=None) -> int:
@@ -81,7 +90,8 @@ def main(argv=None) -> int:
       steps["xla"] = learner_for("xla")
       for count in counts:
         ports = [_free_port() for _ in range(count)]
-        started += [worker_script.start_worker(binary, p, -1) for p in ports]
+        started += [worker_script.start_worker(binary, p, -1, tempfile.mkdtemp(dir=root))
+                    for p in ports]
         steps[f"workers_{count}"] = learner_for(
             "workers", ",".join(f"localhost:{p}" for p in ports))
       times = bench_training.interleaved_seconds(steps, args.rounds)
@@ -91,9 +101,14 @@ def main(argv=None) -> int:
       for process in started:
         process.kill()
         process.wait()
+  form = learners_used[-1].mapreduce.form
   report = {"clients": args.clients, "local_batches": args.local_batches,
             "mechanism": "blt (App. A b=400, d=4)", "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
+            # Per round and worker, besides the clients' data: the client input (model) out,
+            # one folded accumulator back (not one update per client).
+            "bytes_to_each_worker": _nbytes(form.work.type_signature.parameter[1]),
+            "bytes_from_each_worker": _nbytes(form.zero.type_signature.result),
             "settings": {name: bench_training.timing(t) for name, t in times.items()}}
   base = float(np.median(times["xla"]))
   for name, t in times.items():

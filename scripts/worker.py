@@ -16,7 +16,10 @@ launcher adds dp_fl's lifecycle guarantees (`dp_fl/runtime.py`):
   launcher exits 75 (dp_fl's "interrupted": rerunning the command serves again); a second
   signal ends the launcher at once (the worker still dies with it); SIGHUP also stops it;
 * a worker that dies on its own (crash, OOM killer, `kill`) makes the launcher exit 3 with a
-  message naming the port and the worker's exit status — never a launcher that serves nothing.
+  message naming the port and the worker's exit status — never a launcher that serves nothing;
+* the worker runs in a private temporary directory holding dp_fl's version stamp (the dp_fl
+  release, TFF and TensorFlow versions: `runtime.worker_stamp`); a training process reads it
+  through the worker and refuses a worker of another version (`dp_fl/remote_workers.py`).
 
 **Network exposure (measured).** `worker_binary` has no bind-address flag and no TLS: it
 listens on every interface of the host (`[::]:PORT`, dual-stack) and its gRPC channel is
@@ -28,7 +31,7 @@ Any other address is refused (exit 2) rather than pretending to bind it.
 
 Output: one status line on stdout once the worker accepts connections,
 
-  dp_fl worker: serving TFF executor on port 8000 (tensorflow-federated 0.87.0, tensorflow ...)
+  dp_fl worker: serving TFF executor on port 8000 (dp_fl 0.2.0, tensorflow-federated 0.87.0, ...)
 
 or, with `--format json`, one JSON object per line: that status (`"status": "serving"`, with
 the worker's pid) and, when the launcher stops, a final one (`"stopped"` or `"worker_exited"`).
@@ -51,8 +54,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from importlib import metadata
 from typing import Optional, Sequence
 
 from dp_fl import _checks
@@ -109,11 +112,6 @@ def worker_binary_path() -> str:
   return path
 
 
-def stack_versions() -> dict[str, str]:
-  """The versions the status line names (dp_fl itself has no version number)."""
-  return {name: metadata.version(name) for name in ("tensorflow-federated", "tensorflow")}
-
-
 def check_listen(listen: str) -> str:
   """`--listen` as what the worker will really do: "loopback" or "all"; ValueError otherwise."""
   if listen in _LOOPBACK:
@@ -162,18 +160,23 @@ def check_port_available(port: int) -> int:
   return port
 
 
-def start_worker(binary: str, port: int,
-                 max_concurrent_computation_calls: int) -> subprocess.Popen:
+def start_worker(binary: str, port: int, max_concurrent_computation_calls: int,
+                 run_dir: str, stamp: Optional[dict[str, str]] = None) -> subprocess.Popen:
   """Starts `worker_binary` through dp_fl.runtime's guarded Popen: parent-death SIGKILL, its
   own process group, tracked for `runtime.shutdown_workers` and the `atexit` hook.
+
+  It runs in `run_dir`, where dp_fl's version stamp is written first (`stamp`, default this
+  environment's `runtime.worker_stamp()`): training processes read it back through the worker
+  and refuse a worker of another version (`dp_fl/remote_workers.py`).
 
   Its log goes to this launcher's stderr (its stdout too, so that `--format json` output stays
   clean) when `runtime.configure_logging` was given a verbosity >= 1, else to /dev/null.
   """
   args = [binary, f"--port={port}",
           f"--max_concurrent_computation_calls={max_concurrent_computation_calls}"]
+  runtime.write_worker_stamp(run_dir, stamp)
   # runtime's guard is the one place dp_fl binds a worker to its parent's life.
-  return runtime.start_worker_process(args, stdout=sys.stderr.fileno())
+  return runtime.start_worker_process(args, stdout=sys.stderr.fileno(), cwd=run_dir)
 
 
 def wait_until_ready(proc: subprocess.Popen, port: int, timeout_s: float,
@@ -265,18 +268,19 @@ def serve(args: argparse.Namespace) -> int:
     max_calls = os.cpu_count() or -1
   max_calls = max_calls if max_calls > 0 else -1
   binary = worker_binary_path()
-  versions = stack_versions()
+  versions = runtime.worker_stamp()
   print(exposure_warning(listen_mode, port), file=sys.stderr, flush=True)
 
   status: dict[str, object] = {
       "port": port, "listen": args.listen,
       "bound": f"*:{port} (every interface: worker_binary has no bind-address flag)",
       "launcher_pid": os.getpid(), "max_concurrent_computation_calls": max_calls,
-      "tensorflow_federated": versions["tensorflow-federated"],
+      "dp_fl": versions["dp_fl"], "tensorflow_federated": versions["tensorflow-federated"],
       "tensorflow": versions["tensorflow"]}
   wrote_ready_file = False
-  with policies.StopSignal() as stop:
-    proc = start_worker(binary, port, max_calls)
+  with policies.StopSignal() as stop, tempfile.TemporaryDirectory(
+      prefix="dp_fl_worker_") as run_dir:
+    proc = start_worker(binary, port, max_calls, run_dir)
     status["worker_pid"] = proc.pid
     try:
       try:
@@ -285,7 +289,8 @@ def serve(args: argparse.Namespace) -> int:
         check_port_available(port)  # Taken between the check and the worker's bind: exit 2.
         raise
       if ready:
-        _emit(args, f"dp_fl worker: serving TFF executor on port {port} (tensorflow-federated "
+        _emit(args, f"dp_fl worker: serving TFF executor on port {port} (dp_fl {versions['dp_fl']}, "
+                    f"tensorflow-federated "
                     f"{versions['tensorflow-federated']}, tensorflow {versions['tensorflow']})",
               dict(status, status="serving"))
         if args.ready_file:

@@ -73,6 +73,15 @@ _HELP = {
         f"{name} ({r.description})" for name, r in learners.RUNTIMES.items()),
     "device": "where --runtime=xla runs: " + ", ".join(learners.DEVICES) + " (auto: a GPU, "
               "else a TPU, else the CPU)",
+    "workers": "HOST:PORT,... of remote TFF workers (scripts/worker): each round's clients "
+               "are split over them, the DP aggregation and its noise stay here "
+               "(docs/DISTRIBUTED.md)",
+    "worker_timeout_seconds": "deadline of every call to a remote worker; past it the job "
+                              "stops naming the worker (checkpoint intact)",
+    "worker_tls_ca_cert": "PEM CA of the workers' TLS front ends: TLS to the workers "
+                          "(default: plaintext gRPC, private networks only)",
+    "worker_tls_client_cert": "PEM certificate of this process for mutual TLS",
+    "worker_tls_client_key": "PEM key of this process for mutual TLS",
 }
 
 # Fields a binary decides itself (not flags).

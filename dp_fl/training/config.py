@@ -128,6 +128,10 @@ class TrainingConfig:
       `workers` selects); None: no remote workers.
     worker_timeout_seconds: deadline of every call to a remote worker; a worker that does not
       answer within it stops the job with an error naming it (checkpoint intact).
+    worker_tls_ca_cert: PEM file of the CA of the workers' TLS front ends: the channels to
+      the workers use TLS (`runtime.TlsFiles`); None: plaintext gRPC (private networks only).
+    worker_tls_client_cert, worker_tls_client_key: this process's certificate and key for
+      mutual TLS (both or neither; need `worker_tls_ca_cert`).
   """
   task: str
   root_dir: str
@@ -172,6 +176,9 @@ class TrainingConfig:
   device: str = "auto"
   workers: Optional[str] = None
   worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS
+  worker_tls_ca_cert: Optional[str] = None
+  worker_tls_client_cert: Optional[str] = None
+  worker_tls_client_key: Optional[str] = None
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:
@@ -247,11 +254,20 @@ class TrainingConfig:
     """`workers` selects runtime `workers` (from the default); other runtimes refuse it."""
     _checks.check_in_range("worker_timeout_seconds", self.worker_timeout_seconds, 0.1, 86400.0,
                            why="a deadline per call to a remote worker; typical 60–1800 s")
+    tls_flags = [f"--{name}" for name in ("worker_tls_ca_cert", "worker_tls_client_cert",
+                                          "worker_tls_client_key") if getattr(self, name)]
     if self.workers is None:
       if self.runtime == "workers":
         raise ValueError("--runtime=workers needs --workers=HOST:PORT[,HOST:PORT...] (remote "
                          "TFF workers started with `./bazelw run //scripts:worker`).")
+      if tls_flags:
+        raise ValueError(f"{', '.join(tls_flags)} secure the channels to remote workers; give "
+                         "--workers too, or drop them.")
       return
+    if tls_flags and self.worker_tls_ca_cert is None:
+      raise ValueError(f"{', '.join(tls_flags)} need --worker_tls_ca_cert (the PEM file of "
+                       "the CA that signed the workers' TLS certificates).")
+    self.worker_tls()  # Checks the files now, naming the flag.
     if not isinstance(self.workers, str):
       raise ValueError(f"`workers` must be a 'HOST:PORT,...' string; got {self.workers!r}.")
     runtime_lib.parse_workers(self.workers)
@@ -260,6 +276,13 @@ class TrainingConfig:
     elif self.runtime != "workers":
       raise ValueError(f"--workers runs the clients on remote TFF workers (runtime 'workers'); "
                        f"--runtime={self.runtime} cannot take it. Drop --runtime or --workers.")
+
+  def worker_tls(self) -> Optional[runtime_lib.TlsFiles]:
+    """The TLS files of the channels to the workers (None: plaintext)."""
+    if self.worker_tls_ca_cert is None:
+      return None
+    return runtime_lib.TlsFiles(self.worker_tls_ca_cert, self.worker_tls_client_cert,
+                                self.worker_tls_client_key)
 
   # -- serialization -------------------------------------------------------------------
 

@@ -153,13 +153,14 @@ class WorkersLearner(XlaLearner):
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
                workers: Optional[str] = None,
                worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
-               **unused: Any):
+               worker_tls: Optional[runtime_lib.TlsFiles] = None, **unused: Any):
     from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
     addresses = runtime_lib.parse_workers(workers or "")
     self._remote: Optional[Any] = None
 
-    def client_work(work: Any) -> Any:
-      self._remote = remote_workers.RemoteClientWork(work, addresses, worker_timeout_seconds)
+    def client_work(form: Any) -> Any:
+      self._remote = remote_workers.RemoteClientWork(form, addresses, worker_timeout_seconds,
+                                                     tls=worker_tls)
       return self._remote
 
     super().__init__(process, state, client_epochs, device, client_work=client_work, **unused)

@@ -426,7 +426,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   write_data_quality(task, config.root_dir, outputs)
   learner = learners_lib.runtime(config.runtime).learner(
       process, state, config.client_epochs, config.device, workers=config.workers,
-      worker_timeout_seconds=config.worker_timeout_seconds)
+      worker_timeout_seconds=config.worker_timeout_seconds, worker_tls=config.worker_tls())
   del state
 
   def save_checkpoint(round_number: int) -> None:

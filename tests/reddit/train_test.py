@@ -54,6 +54,32 @@ def test_train_dpfedavg_reports_privacy_and_keeps_unit_norm_embeddings(corpus, t
   np.testing.assert_allclose(np.linalg.norm(embeddings[0], axis=1), 1.0, atol=1e-5)
 
 
+def test_train_across_two_workers_is_the_local_run(corpus, tmp_path):
+  """`--workers` in the Reddit binary: the clients on two loopback TFF workers, the DP-FedAvg
+  aggregation and the unit-norm projection here; the in-process run's model and ε."""
+  from dp_fl.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from tests.runtime import loopback_workers  # pylint: disable=g-import-not-at-top
+
+  def run(name, *flags):
+    root = tmp_path / name
+    code = train.main([f"--data_files={corpus}", f"--root_dir={root}", "--rounds=2",
+                       f"--prepared_cache_dir={tmp_path / 'prepared'}", "--format=json",
+                       "--reproducible_noise_seed=3", *_TINY_FLAGS, *flags])
+    assert code == 0
+    summary = json.loads((root / "summary.json").read_text())
+    return summary, checkpoints.CheckpointManager(str(root / "checkpoints")).restore_latest()
+
+  with loopback_workers.pool(str(tmp_path / "workers")) as pool:
+    remote_summary, remote = run("remote", "--workers=" + loopback_workers.addresses(
+        pool.start(2)))
+  local_summary, local = run("local", "--runtime=xla")
+  assert remote_summary["epsilon"] == local_summary["epsilon"]
+  assert remote.blobs["scheduler"] == local.blobs["scheduler"]  # The same ledger.
+  for a, b in zip(local.arrays, remote.arrays):
+    np.testing.assert_allclose(np.asarray(b, np.float64), np.asarray(a, np.float64),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_train_bad_input_is_a_clear_error(tmp_path, capsys):
   missing = tmp_path / "no_such_comments.jsonl"
   code = train.main([f"--data_files={missing}", f"--root_dir={tmp_path / 'run'}",

@@ -7,19 +7,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl import exits
 from dp_fl import runtime
 from dp_fl.training import checkpoints
 from dp_fl.training import program
-from scripts import worker as worker_script
+from tests.runtime import loopback_workers
+from tests.runtime import secure_sum_process
 from tests.training import toy_program
 from tests.training import toy_task
 
@@ -27,45 +26,10 @@ ROUNDS = 4
 _QUIET = open(os.devnull, "w", encoding="utf-8")  # pylint: disable=consider-using-with
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-class Worker:
-  """One TFF worker_binary on loopback, bound to this process's life (as scripts/worker)."""
-
-  def __init__(self, port=None):
-    self.port = port or _free_port()
-    self.process = worker_script.start_worker(worker_script.worker_binary_path(), self.port,
-                                              -1)
-
-  @property
-  def address(self) -> str:
-    return f"localhost:{self.port}"
-
-  def stop(self) -> None:
-    if self.process.poll() is None:
-      self.process.send_signal(signal.SIGCONT)
-      self.process.kill()
-    self.process.wait(timeout=30)
-
-
 @pytest.fixture
-def workers():
-  started: list[Worker] = []
-
-  def start(count=1, port=None):
-    new = [Worker(port) for _ in range(count)]
-    started.extend(new)
-    return new
-
-  yield start
-  for worker in started:
-    worker.stop()
-  for worker in started:  # No orphan: every worker we started is gone.
-    assert worker.process.poll() is not None
+def workers(tmp_path_factory):
+  with loopback_workers.pool(str(tmp_path_factory.mktemp("workers"))) as started:
+    yield started.start
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,6 +70,42 @@ def test_two_workers_give_the_local_result(tmp_path, workers, mechanism):
   assert remote_summary["realized_participation"] == local_summary["realized_participation"]
   for key, value in local_summary["eval"].items():
     assert remote_summary["eval"][key] == pytest.approx(value, rel=1e-4, abs=1e-5)
+
+
+def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
+  """Secure sums (cpSGD's modular shares) and the bounds check across workers: each worker
+  returns one accumulator and one sum + maximum per secure input, whatever its client count;
+  the totals, the modulus and the bounds are those of the in-process runtime."""
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
+  pool = workers(2)
+  process = secure_sum_process.secure_sum_process()
+  local = xla_runtime.MapReduceProcess(process)
+  remote_work = []
+
+  def client_work(form):
+    remote_work.append(remote_workers.RemoteClientWork(form, [w.address for w in pool],
+                                                       timeout_seconds=60.0))
+    return remote_work[0]
+
+  remote = xla_runtime.MapReduceProcess(process, client_work=client_work)
+
+  def sums(mapreduce, values):
+    result = mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets(values))
+    return {k: int(v) for k, v in mapreduce.output(result.output).items()}
+
+  for values in ([3, 5, 4], [2], [], [1, 2, 1, 0, 3]):
+    assert sums(remote, values) == sums(local, values), values
+  partials = remote_work[0](secure_sum_process.datasets([3, 5, 4]),
+                            remote.client_input_value(remote.prepare(remote.initialize())))
+  assert len(partials) == 2  # One per worker, not one per client.
+  assert [int(x) for p in partials for x in p.secure_sums] == [3 + 5, 3 + 5, 3 + 5, 4, 4, 4]
+  assert [int(x) for p in partials for x in p.secure_maxes] == [5, 5, 5, 4, 4, 4]
+  with pytest.raises(ValueError, match="bitwidth 3"):  # 8 > 2³ − 1, on the second worker.
+    sums(remote, [1, 8])
+  with pytest.raises(ValueError, match="max_input"):
+    sums(remote, [6, 1])
+  remote_work[0].close()
 
 
 def test_a_dead_worker_stops_the_job_naming_it_and_a_rerun_resumes(tmp_path, workers):
@@ -152,11 +152,89 @@ def test_bad_workers_flags_name_the_flag(tmp_path, workers_flag, runtime_flag, m
 
 
 def test_an_unreachable_worker_is_refused_naming_it(tmp_path):
-  address = f"localhost:{_free_port()}"
+  address = f"localhost:{loopback_workers.free_port()}"
   with pytest.raises(runtime.RemoteWorkerError, match=f"{address} not reachable"):
     from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
-    work = tff.tensorflow.computation(lambda x, y: x + y, (tf.int32, tf.int32))
-    remote_workers.RemoteClientWork(work, [address], connect_seconds=1.0)
+    remote_workers.connect([address], connect_seconds=1.0)
+
+
+def _connect(worker):
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  return remote_workers.connect([worker.address], connect_seconds=30.0, timeout_seconds=30.0)
+
+
+def test_a_worker_of_another_version_is_refused_naming_both(workers):
+  (same,) = workers(1)
+  _connect(same)  # This environment's own stamp passes.
+  other = dict(runtime.worker_stamp(), **{"tensorflow-federated": "0.86.0"})
+  (older,) = workers(1, stamp=other)
+  with pytest.raises(runtime.RemoteWorkerError) as raised:
+    _connect(older)
+  message = str(raised.value)
+  assert older.address in message and "tensorflow-federated 0.86.0" in message
+  assert f"tensorflow-federated {tff.__version__}" in message and "scripts:worker" in message
+  (newer_dp_fl,) = workers(1, stamp=dict(runtime.worker_stamp(), dp_fl="9.9.9"))
+  with pytest.raises(runtime.RemoteWorkerError, match="runs dp_fl 9.9.9"):
+    _connect(newer_dp_fl)
+
+
+def test_a_bare_worker_binary_without_a_stamp_is_refused(workers):
+  (bare,) = workers(1, stamp=False)
+  with pytest.raises(runtime.RemoteWorkerError, match=f"{bare.address} carries no dp_fl "
+                     "version stamp"):
+    _connect(bare)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+  return loopback_workers.write_certificates(str(tmp_path_factory.mktemp("tls")))
+
+
+def test_mutual_tls_to_a_worker_behind_a_tls_front(tmp_path, workers, certificates):
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  (worker,) = workers(1)
+  front = loopback_workers.TlsFront(worker.port, certificates["server_cert"],
+                                    certificates["server_key"], client_ca=certificates["ca"])
+  try:
+    config, result = _run(tmp_path, "blt", workers=front.address, rounds=2,
+                          worker_tls_ca_cert=certificates["ca"],
+                          worker_tls_client_cert=certificates["client_cert"],
+                          worker_tls_client_key=certificates["client_key"])
+    assert result.rounds_completed == 2 and config.worker_tls() is not None
+    # Without this process's certificate the front refuses the handshake.
+    with pytest.raises(runtime.RemoteWorkerError, match="over TLS: is a TLS front end"):
+      remote_workers.connect([front.address], connect_seconds=2.0,
+                             tls=runtime.TlsFiles(certificates["ca"]))
+    # A CA that did not sign the worker's certificate: no connection either.
+    with pytest.raises(runtime.RemoteWorkerError, match="not reachable"):
+      remote_workers.connect([front.address], connect_seconds=2.0, tls=runtime.TlsFiles(
+          certificates["client_cert"], certificates["client_cert"],
+          certificates["client_key"]))
+    # Plaintext to the TLS port is not served.
+    with pytest.raises(runtime.RemoteWorkerError, match="not reachable"):
+      remote_workers.connect([front.address], connect_seconds=2.0)
+    assert front.handshake_failures >= 2
+  finally:
+    front.close()
+
+
+def test_bad_tls_flags_name_the_flag(tmp_path, certificates):
+  not_pem = tmp_path / "not.pem"
+  not_pem.write_text("hello")
+  cases = [
+      (dict(worker_tls_ca_cert=certificates["ca"]), "give --workers too"),
+      (dict(workers="localhost:8000", worker_tls_client_cert=certificates["client_cert"],
+            worker_tls_client_key=certificates["client_key"]), "need --worker_tls_ca_cert"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=certificates["ca"],
+            worker_tls_client_cert=certificates["client_cert"]), "go together"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=str(tmp_path / "missing.pem")),
+       "--worker_tls_ca_cert=.*missing.pem.* cannot be read"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=str(not_pem)),
+       "--worker_tls_ca_cert=.*not.pem.* is not a PEM file"),
+  ]
+  for overrides, match in cases:
+    with pytest.raises(ValueError, match=match):
+      toy_program.toy_config(str(tmp_path), 2, "blt", **overrides)
 
 
 if __name__ == "__main__":

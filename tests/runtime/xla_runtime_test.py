@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from dp_fl.training import client_work
 from dp_fl.training import program
 from dp_fl.training import registry
 from dp_fl.training import task as task_lib
+from tests.runtime import secure_sum_process
 from tests.training import toy_program
 from tests.training import toy_task
 
@@ -185,47 +185,20 @@ def test_jit_compiled_training_matches_the_plain_graph(make_task):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
-def _secure_process(bitwidth=3, max_input=5, modulus=7):
-  """A round with the three secure sums: client values come from their dataset."""
-  int_type = tff.TensorType(np.int32)
-
-  @tff.tensorflow.computation
-  def init():
-    return np.int32(0)
-
-  @tff.tensorflow.computation(tff.SequenceType(int_type))
-  def client_value(data):
-    return data.reduce(np.int32(0), lambda a, b: a + b)
-
-  @tff.federated_computation(tff.FederatedType(int_type, tff.SERVER),
-                             tff.FederatedType(tff.SequenceType(int_type), tff.CLIENTS))
-  def next_fn(state, data):
-    values = tff.federated_map(client_value, data)
-    bits = tff.federated_secure_sum_bitwidth(values, bitwidth)
-    capped = tff.federated_secure_sum(values, max_input)
-    modular = tff.backends.mapreduce.federated_secure_modular_sum(values, modulus)
-    plain = tff.federated_sum(values)
-    return state, tff.federated_zip(collections.OrderedDict(
-        bits=bits, capped=capped, modular=modular, plain=plain))
-
-  return tff.templates.IterativeProcess(tff.federated_computation(
-      lambda: tff.federated_eval(init, tff.SERVER)), next_fn)
-
-
-def _datasets(values):
-  return [tf.data.Dataset.from_tensor_slices(np.array([v], np.int32)) for v in values]
-
-
 def test_secure_sums_have_their_bounds_and_modulus():
-  process = _secure_process()
+  process = secure_sum_process.secure_sum_process()
   mapreduce = xla_runtime.MapReduceProcess(process)
-  out = mapreduce.output(mapreduce.next(mapreduce.initialize(), _datasets([3, 5, 4])).output)
-  assert {k: int(v) for k, v in out.items()} == {"bits": 12, "capped": 12, "modular": 5,
-                                                 "plain": 12}
+
+  def sums(values):
+    result = mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets(values))
+    return {k: int(v) for k, v in mapreduce.output(result.output).items()}
+
+  assert sums([3, 5, 4]) == {"bits": 12, "capped": 12, "modular": 5, "plain": 12}
+  assert sums([]) == {"bits": 0, "capped": 0, "modular": 0, "plain": 0}  # An empty round.
   with pytest.raises(ValueError, match="bitwidth 3"):  # 8 > 2³ − 1.
-    mapreduce.next(mapreduce.initialize(), _datasets([8, 1]))
+    mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets([8, 1]))
   with pytest.raises(ValueError, match="max_input"):  # 6 > 5 (and < 2³).
-    mapreduce.next(mapreduce.initialize(), _datasets([6, 1]))
+    mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets([6, 1]))
 
 
 def test_device_selection_without_an_accelerator():

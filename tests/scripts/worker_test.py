@@ -210,6 +210,23 @@ def test_worker_death_makes_launcher_fail_naming_port(launcher):
   assert json.loads(out.splitlines()[-1])["status"] == "worker_exited"
 
 
+def test_a_launched_worker_passes_the_trainers_version_check_and_cleans_its_stamp(launcher):
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  w = launcher()
+  assert w.status["dp_fl"] == runtime.worker_stamp()["dp_fl"]
+  cwd = os.readlink(f"/proc/{w.worker_pid}/cwd")
+  with open(os.path.join(cwd, runtime.WORKER_STAMP_FILE), encoding="utf-8") as f:
+    assert json.load(f) == runtime.worker_stamp()
+  with runtime.execution_context():
+    (context,) = remote_workers.connect([f"localhost:{w.port}"], timeout_seconds=60.0)
+  assert context is not None
+  w.proc.send_signal(signal.SIGTERM)
+  rc, _, err = w.finish(_STOP_TIMEOUT_S)
+  assert rc == 75, err
+  assert not os.path.exists(cwd)  # The private directory goes with the launcher.
+
+
 def test_human_status_line(launcher, tmp_path):
   port = _free_port()
   ready = tmp_path / "ready"
@@ -220,7 +237,7 @@ def test_human_status_line(launcher, tmp_path):
       time.sleep(0.05)
     line = proc.stdout.readline().strip()
     assert line.startswith(f"dp_fl worker: serving TFF executor on port {port} "
-                           "(tensorflow-federated 0.87.0, tensorflow 2.14"), line
+                           "(dp_fl 0.2.0, tensorflow-federated 0.87.0, tensorflow 2.14"), line
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=_STOP_TIMEOUT_S)
     assert proc.returncode == 75

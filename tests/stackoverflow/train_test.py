@@ -11,14 +11,10 @@ import pytest
 from tasks.stackoverflow import compare
 from tasks.stackoverflow import synthetic
 from tasks.stackoverflow import train
+from tests.stackoverflow import tiny
 
-_TINY = synthetic.SyntheticConfig(
-    num_train_clients=40, num_heldout_clients=10, num_test_clients=10, num_words=800,
-    num_topics=4, sentences_per_client_median=12.0)
-_TINY_FLAGS = ["--vocab_size=300", "--embedding_size=8", "--lstm_size=8",
-               "--max_elements_per_client=8", "--eval_clients=5", "--clients_per_round=4",
-               "--cooldown_rounds=0", "--participation=min_sep_rounds", "--min_sep=3",
-               "--blt_buffers=2", "--eval_every=2"]
+_TINY = tiny.CORPUS
+_TINY_FLAGS = tiny.FLAGS
 
 
 @pytest.fixture(name="corpus_dir", scope="module")
