@@ -21,8 +21,10 @@ or above the measured peak):
 
 | step                              | measured                              | model               |
 |-----------------------------------|---------------------------------------|---------------------|
-| BLT optimization, d = 4           | 0.42/2.2/19.5/195 MB at n=1e3/1e4/1e5/1e6 | 200 n B, 2 + 1e-4 n s |
-|                                   | 1.8/2.1/9.9/~100 s                    |                     |
+| BLT optimization, d = 4 (closed form, since #25) | 0.36–0.55 MB for k <= 20 (n up to 1e6); 22.8 MB at k = 20000 | O(k d²): `catalog._blt_build_cost` |
+|                                   | 0.07 s at n = 2000, 0.05 s at n = 1e6 (b = n/5); 8 s at k = 20000 |                     |
+| BSR build                         | the (n, p) band                       | 40 n p B            |
+| BISR / BandInvMF evaluation, build | c by its O(n p) recurrence; 2.7–4.3 s to optimize n = 2052, p = 342 | 96 n B; 2e-9 n p s per step |
 | BLT evaluation                    | 8.8 MB at n = 1e5                     | 96 n B              |
 | BandMF optimization               | 5.1/20/79 MB at n=256/512/1024; 5.1 s | 80 n² B, 5e-9 n³ s  |
 | BandMF evaluation (dense C)       | 2.2/8.1/32 MB at n=256/512/1024       | 32 n² B             |
@@ -32,9 +34,10 @@ or above the measured peak):
 | balls-in-bins calibration (m=65536) | 12/66/406 MB at b=32/128/512; 9 s at b=512 | 0.55 MB·b + 540 b² B |
 | DP-FedAvg PLD accounting          | 8.6/11/20/58 MB at T=1e3..1e6, ~9 s   | (small; not checked)|
 
-At `--rounds 1000000000` the training program's default mechanism (BLT) was optimized for
-n = 1e9 rounds: ~200 GB of length-n arrays (the coefficients and their powers for each
-buffer), which is what the OOM killer stopped at 24 GB; `check_training` now refuses it.
+At `--rounds 1000000000` the training program's default mechanism (BLT) was once optimized
+for n = 1e9 rounds with ~200 GB of length-n arrays (the coefficients and their powers for
+each buffer), which is what the OOM killer stopped at 24 GB; `check_training` refused it
+since, and the closed-form losses (#25) no longer hold length-n arrays while optimizing.
 """
 
 from __future__ import annotations
@@ -371,7 +374,7 @@ def check_training(config: Any, num_clients: int,
     options, _ = catalog.build_options(
         config.mechanism, rounds=rounds, min_sep=config.min_sep,
         max_participations=config.max_participations, buffers=config.blt_buffers,
-        bands=config.bandmf_bands)
+        bands=config.bands)
     total = ledger + catalog.evaluation_cost(config.mechanism, rounds)
     if not config.mechanism_params:
       total = catalog.family(config.mechanism).build_cost(options) + total

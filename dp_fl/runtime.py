@@ -327,6 +327,29 @@ class TlsFiles:
                        " Pass both, or neither for server-authenticated TLS.")
     for flag, path in self._files():
       _read_pem(flag, path)
+    self._check_with_ssl()
+
+  def _check_with_ssl(self) -> None:
+    """Parses the files as TLS will: the CA as certificates, the client pair as a certificate
+    and its matching key (a key given as the CA, a truncated PEM or a mismatched pair would
+    otherwise surface only as an unreachable worker)."""
+    import ssl  # pylint: disable=g-import-not-at-top
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+      context.load_verify_locations(cafile=self.ca_cert)
+    except (ssl.SSLError, ValueError) as e:
+      raise ValueError(f"--worker_tls_ca_cert={self.ca_cert!r} holds no usable CA certificate "
+                       f"({e}); pass the PEM certificate(s) of the CA that signed the workers' "
+                       "TLS certificates.") from None
+    if self.client_cert is not None:
+      try:
+        context.load_cert_chain(self.client_cert, self.client_key)
+      except (ssl.SSLError, ValueError) as e:
+        raise ValueError(
+            f"--worker_tls_client_cert={self.client_cert!r} and --worker_tls_client_key="
+            f"{self.client_key!r} are not a matching PEM certificate and private key ({e}); "
+            "pass this process's certificate and the (unencrypted) key it was issued "
+            "for.") from None
 
   def _files(self) -> list[tuple[str, str]]:
     return [(flag, path) for flag, path in (

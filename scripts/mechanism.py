@@ -40,6 +40,7 @@ def check_flags(args: argparse.Namespace) -> None:
     resources.require(catalog.evaluation_cost(args.mechanism, args.eval_rounds),
                       {"eval_rounds": args.eval_rounds})
 
+
 def run(mechanism: str, rounds: int, min_sep: int, max_participations: Optional[int],
         buffers: int, bands: Optional[int], optimize_for: str, seed: int,
         params_in: Optional[str], params_out: Optional[str], eval_rounds: Optional[int],
@@ -70,6 +71,9 @@ def format_table(report: dict[str, Any]) -> str:
           "sensitivity_kind", "max_error", "rms_error", "max_loss", "rms_loss",
           "buffers", "optimize_seconds"]
   rows = [(k, report[k]) for k in keys]
+  if report.get("sensitivity_kind") == "lower_bound":
+    rows.insert(keys.index("sensitivity_kind") + 1,
+                ("sensitivity_guaranteed", report["sensitivity_guaranteed"]))
   if "evaluation_at" in report:
     ev = report["evaluation_at"]
     rows.append(("evaluated at", f"n={ev['rounds']} b={ev['min_sep']} "
@@ -92,9 +96,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--max_participations", type=int, default=None,
                       help="k (default ceil(n / b))")
   parser.add_argument("--buffers", type=int, default=4, help="d: BLT buffers")
-  parser.add_argument("--bands", type=int, default=None, help="BandMF bands (default min(b, n))")
-  parser.add_argument("--optimize_for", choices=("max", "rms"), default="max",
-                      help="loss the BLT is optimized for (BandMF: always rms)")
+  parser.add_argument("--bands", type=int, default=None,
+                      help="p: bands of C (bandmf, bsr) or C⁻¹ (bisr, bandinvmf); "
+                           "default min(b, n)")
+  parser.add_argument("--optimize_for", choices=("max", "rms"), default=None,
+                      help="loss an optimized mechanism is built for (default: the one "
+                           "training uses: max for blt and two_band, rms for bandinvmf; "
+                           "BandMF: always rms)")
   parser.add_argument("--seed", type=int, default=0, help="seed of the optimizer's starts")
   parser.add_argument("--params_in", default=None, help="load mechanism parameters (JSON)")
   parser.add_argument("--params_out", default=None, help="save mechanism parameters (JSON)")

@@ -64,6 +64,7 @@ FLAG_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "min_sep": (1, resources.MAX_ROUNDS, True, "rounds between two participations"),
     "max_participations": (1, resources.MAX_ROUNDS, True, "participations per client"),
     "buffers": (1, 64, True, "BLT buffers"),
+    "bands": (1, resources.MAX_ROUNDS, True, "bands of a banded C or C⁻¹"),
     "noise_multiplier": (1e-3, 1e6, False,
                          "below, σ² makes ρ = sens²/(2σ²) overflow the ε conversion; above, "
                          "ρ underflows and ε is 0 to float precision"),
@@ -97,16 +98,16 @@ def _require(sampling: str, **values: Any) -> None:
 
 
 def _mechanism(name: str, params_in: Optional[str], rounds: int, min_sep: int,
-               max_participations: Optional[int], buffers: int, seed: int
-               ) -> catalog.Mechanism:
+               max_participations: Optional[int], buffers: int, seed: int,
+               bands: Optional[int] = None) -> catalog.Mechanism:
   """Loads --params_in, or builds (optimizes) the mechanism for the schedule."""
   return catalog.load_or_build(name, params_in, "`--params_in`", rounds=rounds,
                                min_sep=min_sep, max_participations=max_participations,
-                               buffers=buffers, seed=seed).mechanism
+                               buffers=buffers, bands=bands, seed=seed).mechanism
 
 
 def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffers,
-                     noise_multiplier, target_epsilon, delta, seed, report_out
+                     noise_multiplier, target_epsilon, delta, seed, report_out, bands=None
                      ) -> dict[str, Any]:
   """ρ, ε for a matrix mechanism under Π(b, k), or σ for a target ε (paper 004, Sec. 3.1).
 
@@ -117,7 +118,8 @@ def matrix_mechanism(name, params_in, rounds, min_sep, max_participations, buffe
   _require("min_sep", mechanism=name, rounds=rounds, min_sep=min_sep, delta=delta)
   report_lib.check_noise_or_target(noise_multiplier, target_epsilon)
   seed = 0 if seed is None else seed
-  mechanism = _mechanism(name, params_in, rounds, min_sep, max_participations, buffers, seed)
+  mechanism = _mechanism(name, params_in, rounds, min_sep, max_participations, buffers, seed,
+                         bands)
   result = report_lib.min_sep_guarantee(mechanism, rounds, min_sep, max_participations, delta,
                                         noise_multiplier=noise_multiplier,
                                         target_epsilon=target_epsilon)
@@ -182,7 +184,8 @@ def poisson(population, clients_per_round, rounds, noise_multiplier, delta) -> d
 
 
 def cyclic_poisson(name, params_in, rounds, groups, population, clients_per_round, buffers,
-                   noise_multiplier, target_epsilon, delta, seed) -> dict[str, Any]:
+                   noise_multiplier, target_epsilon, delta, seed, bands=None
+                   ) -> dict[str, Any]:
   """ε (or σ for a target ε) of a banded C under cyclic Poisson sampling: G = --min_sep groups,
   rate q = C̃·G/K within the round's group (Choquette-Choo et al. 2023; jax_privacy's
   `amplified_bandmf_event`), next to the unamplified ε of the same schedule (min-sep G,
@@ -198,7 +201,7 @@ def cyclic_poisson(name, params_in, rounds, groups, population, clients_per_roun
         f"{population} = {q:.4g} > 1: a group of K/G users cannot give C̃ expected clients. "
         "Lower --clients_per_round or --min_sep, or raise --population.")
   mechanism = _mechanism(name, params_in, rounds, groups, None, buffers,
-                         0 if seed is None else seed)
+                         0 if seed is None else seed, bands)
   bands = amplified.CyclicPoisson.bands(mechanism)
   if bands > groups:
     raise ValueError(f"--mechanism={name} has {bands} bands > --min_sep={groups} groups; the "
@@ -233,7 +236,8 @@ def cyclic_poisson(name, params_in, rounds, groups, population, clients_per_roun
 
 def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, target_epsilon,
                           delta, mc_samples=None, seed=None, delta_verify=None,
-                          calibration_margin=DEFAULT_CALIBRATION_MARGIN) -> dict[str, Any]:
+                          calibration_margin=DEFAULT_CALIBRATION_MARGIN, bands=None
+                          ) -> dict[str, Any]:
   """σ for (ε, δ) under balls-in-bins batching by Estimate-Verify-Release (paper 003).
 
   1. Calibrate σ (Alg. 2) on the calibration seed to δ_cal = δ_verify / (1 + margin).
@@ -280,7 +284,7 @@ def balls_in_bins_release(name, params_in, epochs, batches_per_epoch, buffers, t
   resources.require(monte_carlo(False), monte_carlo_flags)  # Before optimizing C.
   # Without amplification a client takes part once per epoch: min-sep >= 1, k = E.
   mechanism = _mechanism(name, params_in, rounds, batches_per_epoch, epochs, buffers,
-                         0 if seed is None else seed)
+                         0 if seed is None else seed, bands)
   c_input = mechanism.lower_triangular_input(rounds)
   if "matrix" in c_input:  # A dense C (BandMF) adds n x n arrays to the Monte Carlo's.
     resources.require(monte_carlo(True), monte_carlo_flags)
@@ -368,7 +372,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
       help="min_sep: at most k participations, >= b rounds apart (paper 004); poisson: "
            "Poisson user sampling, DP-FedAvg (paper 001); balls_in_bins: paper 003; "
            "cyclic_poisson: --min_sep groups Poisson-sampled in turn, banded C (bandmf, "
-           "dpsgd)")
+           "bsr, dpsgd)")
   parser.add_argument("--mechanism", choices=catalog.names(), default=None)
   parser.add_argument("--params_in", default=None,
                       help="mechanism parameters (JSON from scripts/mechanism)")
@@ -378,6 +382,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                       help="k (default ceil(n / b))")
   parser.add_argument("--buffers", type=int, default=4,
                       help="BLT buffers when optimizing (no --params_in)")
+  parser.add_argument("--bands", type=int, default=None,
+                      help="p: bands of C (bandmf, bsr) or C⁻¹ (bisr, bandinvmf) when building "
+                           "(no --params_in; default min(b, n))")
   parser.add_argument("--noise_multiplier", type=float, default=None,
                       help="σ: noise std / clip norm (z)")
   parser.add_argument("--target_epsilon", type=float, default=None,
@@ -421,7 +428,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       result = matrix_mechanism(
           args.mechanism, args.params_in, args.rounds, args.min_sep, args.max_participations,
           args.buffers, args.noise_multiplier, args.target_epsilon, args.delta, args.seed,
-          args.report_out)
+          args.report_out, bands=args.bands)
     elif args.sampling == "poisson":
       result = poisson(args.population, args.clients_per_round, args.rounds,
                        args.noise_multiplier, args.delta)
@@ -429,7 +436,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       result = cyclic_poisson(
           args.mechanism, args.params_in, args.rounds, args.min_sep, args.population,
           args.clients_per_round, args.buffers, args.noise_multiplier, args.target_epsilon,
-          args.delta, args.seed)
+          args.delta, args.seed, bands=args.bands)
     else:
       if args.noise_multiplier is not None:
         raise ValueError(
@@ -439,7 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       result = balls_in_bins_release(
           args.mechanism, args.params_in, args.epochs, args.batches_per_epoch, args.buffers,
           args.target_epsilon, args.delta, mc_samples=args.mc_samples, seed=args.seed,
-          delta_verify=args.delta_verify, calibration_margin=args.calibration_margin)
+          delta_verify=args.delta_verify, calibration_margin=args.calibration_margin,
+          bands=args.bands)
     print(json.dumps(result, indent=2) if args.format == "json" else format_table(result))
     return exits.COMPLETED
 

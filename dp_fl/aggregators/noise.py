@@ -16,6 +16,7 @@ small state of model-sized buffers, entirely in TensorFlow (the aggregator's
 | BandMF    | lower-triangular, `bands` bands          | bands − 1              |
 | TreeAgg   | binary tree, nodes in completion order   | ⌊log₂ n⌋ ≤ ⌈log₂ n⌉     |
 | DP-SGD    | I                                        | 0                      |
+| BISR, BandInvMF | C⁻¹ banded Toeplitz, `bands` bands | bands − 1              |
 
 Fresh Gaussians come from `tf.random.stateless_normal` with a seed derived
 from (seed, round index, tensor index) by `stateless_fold_in`, so the
@@ -227,12 +228,35 @@ class IdentityNoise(StreamingNoise):
     return z, buffer
 
 
+class BandedInverseNoise(StreamingNoise):
+  """C⁻¹ banded lower-triangular Toeplitz (BISR, BandInvMF): C⁻¹'s band applied to the last
+  `bands` fresh Gaussians,
+
+      (C⁻¹ Z)_t = Σ_{j=0}^{bands−1} ĉ_j z_{t−j},
+
+  keeping z_{t−1}, …, z_{t−bands+1} (bands − 1 buffers). Defined for any number of rounds.
+  Built from a `streaming.BandedInverseStreamingNoise`.
+  """
+
+  spec_type = streaming.BandedInverseStreamingNoise
+
+  def step(self, z, buffer, round_index):
+    del round_index  # Toeplitz C⁻¹: time-invariant.
+    coef = tf.constant(self.spec.inverse_coef, z.dtype)
+    noise = coef[0] * z
+    if self.buffers == 0:
+      return noise, buffer
+    noise = noise + _weighted_sum(coef[1:], buffer)
+    return noise, tf.concat([z[tf.newaxis], buffer[:-1]], axis=0)
+
+
 # Spec type -> TF generator: the one place a noise spec becomes TensorFlow.
 _TF_GENERATORS: dict[type, type] = {
     streaming.BltStreamingNoise: BltNoise,
     streaming.BandedStreamingNoise: BandedNoise,
     streaming.TreeStreamingNoise: TreeNoise,
     streaming.IdentityStreamingNoise: IdentityNoise,
+    streaming.BandedInverseStreamingNoise: BandedInverseNoise,
 }
 
 

@@ -203,8 +203,9 @@ def _difference_columns(cols: np.ndarray) -> np.ndarray:
   return out
 
 
-def _sqrt_a_coefficients(bands: int) -> np.ndarray:
-  """c_j = binom(2j, j) / 4^j: C = LtToep(c) satisfies C^2 = A."""
+def sqrt_a_coefficients(bands: int) -> np.ndarray:
+  """c_j = binom(2j, j) / 4^j, j < bands: C = LtToep(c) satisfies C^2 = A (the power series
+  of (1 - x)^(-1/2)); positive and decreasing, computed as the product of (2j - 1) / (2j)."""
   j = np.arange(1, bands)
   return np.concatenate([[1.0], np.cumprod((2 * j - 1) / (2 * j))])
 
@@ -212,8 +213,16 @@ def _sqrt_a_coefficients(bands: int) -> np.ndarray:
 def _sqrt_a_start(n: int, bands: int) -> np.ndarray:
   """Column layout of the truncated, column-normalized square root of A."""
   n, bands = _check_sizes(n, bands)
-  cols = np.tile(_sqrt_a_coefficients(bands), (n, 1)) * _column_mask(n, bands)
+  cols = np.tile(sqrt_a_coefficients(bands), (n, 1)) * _column_mask(n, bands)
   return _normalize_columns(cols)[0]
+
+
+def square_root_factorization(n: int, bands: int) -> "BandedMF":
+  """The banded square root of A: C = the `bands`-banded truncation of A^(1/2) =
+  LtToep(sqrt_a_coefficients) with every column scaled to unit L2 norm (the BSR of Kalinin and
+  Lampert, NeurIPS 2024, arXiv 2405.13763, in the column normalization BandMF uses for
+  multiple participations; BandMF's coarsest start). Closed form, no optimization."""
+  return BandedMF(_columns_to_rows(_sqrt_a_start(n, bands)))
 
 
 # ---------------------------------------------------------------------------
@@ -575,7 +584,7 @@ def _interpolate_columns(coarse: np.ndarray, n: int, bands: int) -> np.ndarray:
   """
   nc, bc = coarse.shape
   ratio = _normalize_columns(coarse * _column_mask(nc, bc))[0]
-  ratio /= _sqrt_a_coefficients(bc)[None, :]
+  ratio /= sqrt_a_coefficients(bc)[None, :]
   for j in range(max(0, nc - bc + 1), nc):
     ratio[j, nc - j:] = ratio[j, nc - j - 1]
   jj = np.clip((np.arange(n) + 0.5) * nc / n - 0.5, 0, nc - 1)
@@ -583,7 +592,7 @@ def _interpolate_columns(coarse: np.ndarray, n: int, bands: int) -> np.ndarray:
   grid_j, grid_r = np.meshgrid(jj, rr, indexing="ij")
   fine = scipy.ndimage.map_coordinates(ratio, [grid_j, grid_r], order=1,
                                        mode="nearest")
-  fine *= _sqrt_a_coefficients(bands)[None, :]
+  fine *= sqrt_a_coefficients(bands)[None, :]
   fine *= _column_mask(n, bands)
   fine[:, 0] = np.maximum(fine[:, 0], 1e-3)
   return _normalize_columns(fine)[0]

@@ -93,6 +93,9 @@ class Evaluation:
   rms_loss: float
   buffers: Optional[int]  # Model-sized arrays of the streaming state; None: cannot stream.
   notes: tuple[str, ...] = ()
+  # A value the true sensitivity never exceeds (= `sensitivity` when exact): what privacy
+  # guarantees use (`Sensitivity.guaranteed`).
+  sensitivity_guaranteed: Optional[float] = None
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
@@ -100,11 +103,13 @@ class Evaluation:
     return d
 
 
-def _bracketed(lower: float, lower_method: str, upper: float, upper_method: str
+def bracketed(lower: float, lower_method: str, upper: float, upper_method: str
                ) -> Sensitivity:
-  """A sensitivity known to lie in [lower, upper]; exact when the two bounds meet."""
+  """A sensitivity known to lie in [lower, upper]; exact when the two bounds meet (to 1e-12
+  relative: then the upper value is reported, so nothing is ever below a valid bound)."""
   if upper <= lower * (1.0 + 1e-12):
-    return Sensitivity(lower, EXACT, f"{lower_method} = {upper_method} (the bounds meet)")
+    return Sensitivity(max(lower, upper), EXACT,
+                       f"{lower_method} = {upper_method} (the bounds meet)")
   return Sensitivity(lower, LOWER_BOUND, lower_method, upper=upper, upper_method=upper_method)
 
 
@@ -258,7 +263,7 @@ class BandedMechanism(Mechanism):
     if certified.kind == sensitivity_lib.EXACT:
       return Sensitivity(certified.value, EXACT, certified.method)
     value = sensitivity_lib.lower_bound_sensitivity(c, min_sep, k)
-    return _bracketed(value,
+    return bracketed(value,
                       f"Remark 3.2 lower bound (min_sep {min_sep} < bands {self.banded.bands})",
                       certified.value, certified.method)
 
@@ -305,7 +310,7 @@ class TreeMechanism(Mechanism):
     # Out of budget: Remark 3.2 from below, the |CᵀC| bound from above (Gram built once).
     upper = sensitivity_lib.upper_bound_sensitivity(
         None, min_sep, k, gram=tree.tree_gram(n, complete=self.complete))
-    return _bracketed(value, method, upper, sensitivity_lib.METHOD_UPPER_BOUND)
+    return bracketed(value, method, upper, sensitivity_lib.METHOD_UPPER_BOUND)
 
   def per_query_squared_error(self, rounds):
     n = self.check_rounds(rounds)
@@ -345,13 +350,14 @@ def evaluate(mechanism: Mechanism, rounds: int, min_sep: int,
   notes = tuple(x for x in (note,) if x)
   if sens.kind == LOWER_BOUND:
     notes += ("sensitivity is a LOWER BOUND (paper 004, Remark 3.2): losses and any ε derived "
-              "from it are optimistic",)
+              f"from it are optimistic; privacy guarantees use the upper bound "
+              f"{sens.guaranteed:.6g} ({sens.upper_method})",)
   return Evaluation(
       mechanism=mechanism.name, rounds=n, min_sep=min_sep, max_participations=k,
       requested_max_participations=int(requested), sensitivity=sens.value,
       sensitivity_kind=sens.kind, sensitivity_method=sens.method, max_error=max_error,
       rms_error=rms_error, max_loss=sens.value * max_error, rms_loss=sens.value * rms_error,
-      buffers=mechanism.buffers(n), notes=notes)
+      buffers=mechanism.buffers(n), notes=notes, sensitivity_guaranteed=sens.guaranteed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,6 +411,9 @@ class Family:
   from_dict: Callable[[Mapping[str, Any]], Mechanism]
   build_cost: Callable[[BuildOptions], resources.Estimate] = _no_build_cost
   evaluation_cost: Callable[[int], resources.Estimate] = _linear_cost(16.0)
+  # The loss the family optimizes when the caller names none (`optimize_for=None`): the one
+  # default every path (training's registry, scripts/mechanism, scripts/privacy) shares.
+  default_optimize_for: str = "max"
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -454,17 +463,20 @@ def _fits_up_to(estimate_at: Callable[[int], resources.Estimate], rounds: int,
 
 def build_options(name: str, *, rounds: int, min_sep: int,
                   max_participations: Optional[int] = None, buffers: int = 4,
-                  bands: Optional[int] = None, optimize_for: str = "max",
+                  bands: Optional[int] = None, optimize_for: Optional[str] = None,
                   seed: int = 0) -> tuple[BuildOptions, Optional[str]]:
-  """The validated `BuildOptions` of `build` (k capped at ⌈n/b⌉) and the note on it."""
-  family(name)
+  """The validated `BuildOptions` of `build` (k capped at ⌈n/b⌉; `optimize_for` None: the
+  family's `default_optimize_for`) and the note on it."""
+  chosen = family(name)
+  if optimize_for is None:
+    optimize_for = chosen.default_optimize_for
   n = _checks.check_positive_int("rounds", rounds)
   k, note = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
   return BuildOptions(n, int(min_sep), k, buffers, bands, optimize_for, seed), note
 
 
 def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[int] = None,
-          buffers: int = 4, bands: Optional[int] = None, optimize_for: str = "max",
+          buffers: int = 4, bands: Optional[int] = None, optimize_for: Optional[str] = None,
           seed: int = 0) -> Built:
   """Builds (optimizing where the mechanism is optimized) a mechanism by name.
 
@@ -476,7 +488,9 @@ def build(name: str, *, rounds: int, min_sep: int, max_participations: Optional[
     buffers: d, BLT buffers.
     bands: BandMF bands (default min(min_sep, rounds), the largest with exact column-norm
       sensitivity).
-    optimize_for: "max" (MaxLoss) or "rms" (RmsLoss), for BLT. BandMF optimizes RmsLoss.
+    optimize_for: "max" (MaxLoss) or "rms" (RmsLoss) for the optimized families (BLT,
+      BandInvMF, two_band); None: the family's default (`Family.default_optimize_for`: MaxLoss
+      for BLT, RmsLoss for BandMF, which optimizes nothing else, and for BandInvMF).
     seed: seed of the optimizer's random starts.
 
   Returns:
@@ -523,7 +537,10 @@ def load(path: str, name: Optional[str] = None, what: str = "Mechanism parameter
       data = json.load(f)
   except (OSError, json.JSONDecodeError) as e:
     raise ValueError(f"{what} {path!r} is not a readable JSON file ({e}).") from e
-  mechanism = from_dict(data)
+  try:
+    mechanism = from_dict(data)
+  except ValueError as e:
+    raise ValueError(f"{what} {path!r}: {e}") from e
   if name is not None and mechanism.name != name:
     raise ValueError(f"{what} {path!r} holds a {mechanism.name!r} mechanism, but "
                      f"--mechanism={name}; pass --mechanism={mechanism.name} or another file.")
@@ -573,13 +590,28 @@ def _build_bandmf(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
 
 
 def _blt_build_cost(options: BuildOptions) -> resources.Estimate:
-  """Alg. 4 holds ~d+2 length-n arrays per buffer count and candidate (measured 195 B/round
-  at d = 4, n = 1e5 and 1e6; ~1e-4 s per round at n = 1e5 on two cores)."""
+  """`blt.optimize_blt` evaluates its losses in closed form (`blt_closed_form`): O(k d²)
+  per evaluation, independent of n, on at most `CHUNK_ELEMENTS` (lag, buffer pair)
+  elements at a time, for the up to 2d + 1 candidates of a buffer count together.
+  Measured on the 2-core CPU (2026-11-26, tracemalloc): peak 0.36-0.55 MB for k <= 20
+  (n up to 10^6), 4.2 MB at k = 100 (n = 10^7, d = 4), 10.2 MB at k = 5000 (d = 2) and
+  22.8 MB at k = 20000 (d = 4), i.e. <= ~350 bytes per element and candidate; <= 1300
+  candidate evaluations for d = 5 (~250 per buffer), each <= 1e-4 s plus ~1e-7 s per
+  element (0.06 s at n = 2000, b = 400, k = 5; 8 s at k = 20000, d = 4). Model:
+  1e6 + 500 B x (2d + 1) x elements; 2 + 350 d (2e-4 + 1.2e-7 k (d² + d)) s."""
   d = max(int(options.buffers), 1) if isinstance(options.buffers, int) else 4
   n = options.rounds
+  k = -(-n // max(int(options.min_sep), 1))  # k <= ceil(n / b).
+  if isinstance(options.max_participations, int):
+    k = max(1, min(k, options.max_participations))
+  per_lag = d * d + d
+  elements = min(k * per_lag, blt.blt_closed_form.CHUNK_ELEMENTS) + (d + 1) ** 2
   return resources.Estimate(
-      f"optimizing a {d}-buffer BLT for n={n} rounds", (32.0 + 42.0 * d) * n + 1e6,
-      2.0 + 2.5e-5 * d * n, f"~{32 + 42 * d} n bytes, ~{2.5e-5 * d:.2g} n s")
+      f"optimizing a {d}-buffer BLT for n={n} rounds",
+      1e6 + 500.0 * (2 * d + 1) * elements,
+      2.0 + 350.0 * d * (2e-4 + 1.2e-7 * k * per_lag),
+      f"closed form, k={k}: ~{500 * (2 * d + 1)} B per (lag, buffer pair) up to "
+      f"{blt.blt_closed_form.CHUNK_ELEMENTS}, ~{350 * d * 1.2e-7:.2g} k (d² + d) s")
 
 
 def _bandmf_build_cost(options: BuildOptions) -> resources.Estimate:
@@ -610,10 +642,15 @@ def _tree_from_dict(full: bool) -> Callable[[Mapping[str, Any]], Mechanism]:
 # exceeds its work budget, which depends on (b, k); its estimate is that worst case.
 register(Family("blt", BltMechanism.description, _build_blt,
                 lambda data: BltMechanism(blt.Blt.from_dict(data)),
-                build_cost=_blt_build_cost, evaluation_cost=_linear_cost(96.0, 0.0, "a BLT")))
+                build_cost=_blt_build_cost,
+                # Length-n errors (per_query_squared_error), then the closed-form
+                # sensitivity: at most CHUNK_ELEMENTS elements of ~500 B (the larger peak).
+                evaluation_cost=lambda rounds: _linear_cost(96.0, 0.0, "a BLT")(rounds) +
+                resources.Estimate("its closed-form sensitivity (Thm 3.1)",
+                                   500.0 * blt.blt_closed_form.CHUNK_ELEMENTS)))
 register(Family("bandmf", BandedMechanism.description, _build_bandmf,
                 lambda data: BandedMechanism(banded.BandedMF.from_dict(data)),
-                build_cost=_bandmf_build_cost,
+                build_cost=_bandmf_build_cost, default_optimize_for="rms",
                 evaluation_cost=_dense_evaluation_cost("BandMF", 32.0, 2e-10)))
 register(Family("tree", "online TreeAgg (Kairouz et al. 2021)",
                 lambda options: (TreeMechanism(full=False), ()), _tree_from_dict(False),

@@ -34,6 +34,10 @@ Which function gives which guarantee:
     dynamic programming. Equal to sens(C) for banded C with min_sep >= bands
     (e.g. sqrt(k) for C = I). O(k n^2), vectorized (a Lagrangian bound,
     O(n^2) per step, for large k): ~0.1 s for n = 2052, k = 7.
+  * `toeplitz_sensitivity_bounds` -- for C = LtToep(c) with any c (e.g. the
+    inverse of a banded C⁻¹ whose coefficients are not monotone): the
+    Remark 3.2 lower bound and an upper bound from the autocorrelation of |c|,
+    both O(n log n) from c alone (no dense C).
   * `certified_sensitivity` -- the best of these that is a guarantee: exact
     (`exact_sensitivity`) when C^T C >= 0 and the search fits its budget,
     else `upper_bound_sensitivity`; with its kind and method.
@@ -148,7 +152,7 @@ def _pi_star(n: int, min_sep: int, k: int) -> np.ndarray:
 # Thm. 3.1 and Remark 3.2.
 
 
-def _participation_sum(c: np.ndarray, min_sep: int, k: int) -> np.ndarray:
+def participation_sum(c: np.ndarray, min_sep: int, k: int) -> np.ndarray:
   """c_bar = LtToep(c) u(pi*) = sum_{i<k} (c shifted down by i b) (Alg. 4)."""
   n = c.size
   if k <= _DIRECT_SHIFTS_MAX:
@@ -166,6 +170,19 @@ def _participation_sum(c: np.ndarray, min_sep: int, k: int) -> np.ndarray:
   grid = np.zeros(rows * min_sep)
   grid[:n] = x
   return np.cumsum(grid.reshape(rows, min_sep), axis=0).ravel()[:n]
+
+
+def participation_adjoint(v: np.ndarray, min_sep: int, k: int) -> np.ndarray:
+  """The transpose of `participation_sum`: out[s] = Σ_{i<k} v[s + i b] (gradients of
+  Thm. 3.1's sensitivity, Alg. 4)."""
+  n = v.size
+  out = np.zeros(n)
+  for i in range(k):
+    shift = i * min_sep
+    if shift >= n:
+      break
+    out[:n - shift] += v[shift:]
+  return out
 
 
 def toeplitz_sensitivity(coef: Any, min_sep: int, max_participations: int) -> float:
@@ -209,8 +226,57 @@ def toeplitz_sensitivity(coef: Any, min_sep: int, max_participations: int) -> fl
     raise ValueError(
         f"`coef` must be non-increasing for toeplitz_sensitivity; got "
         f"coef[{t}]={c[t]!r} < coef[{t + 1}]={c[t + 1]!r}. {alternatives}")
-  c_bar = _participation_sum(c, min_sep, k)
+  c_bar = participation_sum(c, min_sep, k)
   return float(np.linalg.norm(c_bar))
+
+
+METHOD_TOEPLITZ_UPPER_BOUND = ("upper bound from the autocorrelation of |c| (Σ_{i,j∈π} "
+                               "|G_ij| <= k R(0) + 2 Σ_d (k − d) max_{Δ ≥ d b} R(Δ); any c)")
+METHOD_TOEPLITZ_LOWER_BOUND = "Remark 3.2 lower bound, ||C u(π*)|| with π* = (0, b, …, (k−1)b)"
+# Below this many coefficients the autocorrelation is summed directly (O(n²), exact
+# summation order); above, by FFT with a margin for its absolute rounding error.
+_DIRECT_CORRELATION_MAX = 8192
+_FFT_CORRELATION_MARGIN = 1e-11
+
+
+def _abs_autocorrelation(c: np.ndarray) -> np.ndarray:
+  """R(Δ) = Σ_{t=0}^{n−1−Δ} |c_t| |c_{t+Δ}| for Δ = 0..n−1, never below its true value."""
+  a = np.abs(c)
+  n = a.size
+  if n <= _DIRECT_CORRELATION_MAX:
+    return np.correlate(a, a, mode="full")[n - 1:]
+  size = 1 << int(2 * n - 1).bit_length()
+  spectrum = np.fft.rfft(a, size)
+  r = np.fft.irfft(spectrum * np.conj(spectrum), size)[:n]
+  # FFT rounding errors are absolute, a few ulp of R(0) = max R (Cauchy–Schwarz): lifting
+  # every lag by a margin far above them keeps each value an over-estimate.
+  return np.maximum(r, 0.0) + _FFT_CORRELATION_MARGIN * float(np.dot(a, a))
+
+
+def toeplitz_sensitivity_bounds(coef: Any, min_sep: int,
+                                max_participations: int) -> tuple[float, float]:
+  """(lower, upper) bounds on sens(LtToep(c)) under Π(b, k) for any real c.
+
+  lower = ||C u(π*)||, π* = (0, b, …, (k−1) b): one pattern of Π(b, k) (Remark 3.2 of paper
+  004), equal to sens(C) when c is non-negative and non-increasing (Thm. 3.1).
+
+  upper: with G = CᵀC, G_ab = Σ_{s=0}^{n−1−max(a,b)} c_s c_{s+|a−b|}, so
+  |G_ab| <= R(|a−b|) with R(Δ) = Σ_{s=0}^{n−1−Δ} |c_s| |c_{s+Δ}|. For a pattern
+  p_1 < … < p_m (m <= k) of unit contributions, Eq. 5 gives
+  sens² <= Σ_{i,j} |G_{p_i p_j}| <= m R(0) + 2 Σ_{d=1}^{m−1} (m − d) R*(d b), because
+  p_{i+d} − p_i >= d b, with R*(Δ) = max_{Δ' >= Δ} R(Δ'); the right side grows with m, so
+  m = k bounds every pattern. O(n log n) (O(n²) summed directly below 8192 rounds).
+  """
+  c = _check_coef(coef)
+  n = c.size
+  min_sep = _checks.check_positive_int("min_sep", min_sep)
+  k, _ = feasible_participations(n, min_sep, max_participations)
+  lower = float(np.linalg.norm(participation_sum(c, min_sep, k)))
+  suffix_max = np.maximum.accumulate(_abs_autocorrelation(c)[::-1])[::-1]
+  lags = np.arange(1, k) * min_sep  # d b < n because k <= ⌈n / b⌉.
+  weights = k - np.arange(1, k)
+  upper_squared = k * suffix_max[0] + 2.0 * float(np.dot(weights, suffix_max[lags]))
+  return lower, max(lower, float(np.sqrt(upper_squared)))
 
 
 def lower_bound_sensitivity(c_matrix: Any, min_sep: int,

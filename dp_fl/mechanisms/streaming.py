@@ -15,6 +15,7 @@ Gaussian z_t = Z[t] and a small state, never forming C⁻¹:
 | `BandedStreamingNoise`    | banded lower-triangular (BandMF)| bands − 1                      |
 | `TreeStreamingNoise`      | online tree (Kairouz et al.)    | ⌊log₂ n⌋ ≤ ⌈log₂ n⌉            |
 | `IdentityStreamingNoise`  | I (DP-SGD)                      | 0                              |
+| `BandedInverseStreamingNoise` | C⁻¹ banded Toeplitz (BISR, BandInvMF) | bands − 1                |
 
 These generators are also the *typed noise spec* of each mechanism: each holds the
 recurrence's arrays (θ and ω; the band of C; the rounds of the tree), its `buffers` and the
@@ -133,6 +134,19 @@ def check_band(band: Any, name: str = "band") -> np.ndarray:
 
 # ---------------------------------------------------------------------------
 # The generators.
+
+
+def check_inverse_band(inverse_coef: Any) -> np.ndarray:
+  """ĉ = (ĉ_0, …, ĉ_{p−1}), the first column of a banded lower-triangular Toeplitz C⁻¹ with
+  p bands, as a float64 array: 1 <= p, finite, ĉ_0 != 0 (C⁻¹, hence C, invertible)."""
+  coef = _checks.check_finite_array("inverse_coef", inverse_coef, ndim=1)
+  if coef.size < 1:
+    raise ValueError("`inverse_coef` must hold at least the diagonal of C⁻¹ (p >= 1 bands); "
+                     "got [].")
+  if coef[0] == 0:
+    raise ValueError("`inverse_coef[0]` (the diagonal of C⁻¹) must be non-zero so that C⁻¹ is "
+                     "invertible; got 0.0.")
+  return coef
 
 
 def check_rounds(rounds: Any, max_rounds: Optional[int], name: str) -> int:
@@ -349,3 +363,41 @@ class IdentityStreamingNoise(StreamingNoise):
   def _step(self, z, state_buffers, t):
     del t
     return z.copy(), state_buffers
+
+
+class BandedInverseStreamingNoise(StreamingNoise):
+  """C⁻¹ = LtToep(ĉ_0, …, ĉ_{p−1}) banded lower-triangular Toeplitz (BISR and BandInvMF,
+  Kalinin, McKenna, Upadhyay and Lampert 2025): the noise is C⁻¹'s band applied to the last p
+  fresh Gaussians,
+
+      (C⁻¹ Z)_t = Σ_{j=0}^{p−1} ĉ_j z_{t−j}      (z_{<0} = 0),
+
+  keeping z_{t−1}, …, z_{t−p+1} (p − 1 buffers, O(p·m) per round for an m-parameter model).
+  Toeplitz, so defined for any number of rounds; C itself (the inverse series of ĉ) is dense
+  and never needed here. `check_inverse_band` validates ĉ.
+  """
+
+  name = "bisr"
+
+  def __init__(self, inverse_coef: Any, name: str = "bisr"):
+    """`name`: the mechanism's ("bisr" or "bandinvmf"), for messages."""
+    self.name = name
+    coef = np.array(check_inverse_band(inverse_coef))
+    coef.setflags(write=False)
+    self.inverse_coef = coef
+
+  @property
+  def bands(self) -> int:
+    return int(self.inverse_coef.size)
+
+  @property
+  def buffers(self) -> int:
+    return self.bands - 1
+
+  def _step(self, z, state_buffers, t):
+    del t  # Toeplitz C⁻¹: time-invariant.
+    noise = self.inverse_coef[0] * z
+    if self.buffers == 0:
+      return noise, state_buffers
+    noise = noise + np.tensordot(self.inverse_coef[1:], state_buffers, axes=1)
+    return noise, np.concatenate([z[np.newaxis], state_buffers[:-1]], axis=0)

@@ -401,7 +401,7 @@ def plan_mechanism(name: str, settings: PlanSettings, prediction: Prediction,
   n, b, k = settings.rounds, prediction.planned_min_sep, prediction.max_participations
   if built is None:
     built = catalog.build(name, rounds=n, min_sep=b, max_participations=k,
-                          buffers=settings.buffers, optimize_for="max")
+                          buffers=settings.buffers)  # The loss training builds it for.
   mechanism = built.mechanism
   errors = mechanism.per_query_squared_error(n)
   max_error, rms_error = math.sqrt(float(errors.max())), math.sqrt(float(errors.mean()))

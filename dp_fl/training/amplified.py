@@ -332,7 +332,7 @@ class CyclicPoisson(Amplification):
     if isinstance(mechanism, catalog.BandedMechanism):
       return mechanism.banded.bands
     raise ValueError(
-        f"--participation=cyclic_poisson needs a banded C (--mechanism=bandmf or dpsgd): its "
+        f"--participation=cyclic_poisson needs a banded C (--mechanism=bandmf, bsr or dpsgd): its "
         f"analysis needs the rounds of one client to touch disjoint rows of C, which the "
         f"{mechanism.name} mechanism's C does not give. Use --participation=balls_in_bins "
         "for any C.")
@@ -343,7 +343,7 @@ class CyclicPoisson(Amplification):
       raise ValueError(
           f"--participation=cyclic_poisson with --min_sep={config.min_sep} groups needs C "
           f"with at most {config.min_sep} bands; the {mechanism.name} mechanism has {bands}. "
-          "Set --bandmf_bands <= --min_sep (or raise --min_sep).")
+          "Set --bands <= --min_sep (or raise --min_sep).")
     self.sampling_probability(config, num_clients)
 
   def _args(self, config, mechanism, num_clients) -> dict[str, Any]:

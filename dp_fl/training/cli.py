@@ -44,7 +44,8 @@ _HELP = {
                "--participation=min_sep_rounds",
     "max_participations": "k the mechanism is optimized for (default ceil(n/b))",
     "blt_buffers": "d: BLT buffers",
-    "bandmf_bands": "BandMF bands (default min(b, n))",
+    "bands": "p: bands of the banded matrix, C for bandmf/bsr, C⁻¹ for bisr/bandinvmf "
+             "(default min(b, n); p − 1 model-sized buffers)",
     "mechanism_params": "JSON file with mechanism parameters (from scripts/mechanism)",
     "participation": "who takes part: " + ", ".join(config_lib.PARTICIPATIONS),
     "timer_hours": "device timer: hours before a device may take part again",
@@ -84,6 +85,9 @@ _HELP = {
     "worker_tls_client_key": "PEM key of this process for mutual TLS",
 }
 
+# Earlier names of flags, still accepted (a field renamed: config.py's _RENAMED_FIELDS).
+_FLAG_ALIASES = {"bands": ("--bandmf_bands",)}
+
 # Fields a binary decides itself (not flags).
 _NOT_FLAGS = ("task",)
 
@@ -121,7 +125,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
       kwargs["choices"] = config_lib.CLIENT_OPTIMIZERS
     elif field.name == "server_optimizer":
       kwargs["choices"] = config_lib.SERVER_OPTIMIZERS
-    group.add_argument(f"--{field.name}", **kwargs)
+    group.add_argument(f"--{field.name}", *_FLAG_ALIASES.get(field.name, ()), **kwargs)
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:

@@ -49,7 +49,7 @@ STATE_FIELDS = ("server_optimizer",)
 # config.json and in every checkpoint, and checked against both on resume.
 PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
                   "seed", "participation", "min_sep", "max_participations", "blt_buffers",
-                  "bandmf_bands", "mechanism_params", "population_sampling_rate", "delta",
+                  "bands", "mechanism_params", "population_sampling_rate", "delta",
                   "reproducible_noise_seed", "cpsgd_levels", "cpsgd_trials", "cpsgd_p",
                   "cpsgd_x_max")
 
@@ -84,7 +84,8 @@ class TrainingConfig:
     min_sep: b the mechanism is optimized for and the round-based scheduler enforces.
     max_participations: k the mechanism is optimized for (None: ⌈n/b⌉).
     blt_buffers: d for BLT.
-    bandmf_bands: BandMF bands (None: min(b, n)).
+    bands: p, the bands of the banded matrix: C for bandmf and bsr, C⁻¹ for bisr and
+      bandinvmf (None: min(b, n)). Was `bandmf_bands` (still read from older run directories).
     mechanism_params: optional JSON file with the mechanism's parameters (scripts/mechanism).
     cpsgd_levels: k, cpSGD's quantization levels (paper 000, Eq. 8).
     cpsgd_trials: m, the Binomial trials of each client's noise share; None: the smallest m
@@ -145,7 +146,7 @@ class TrainingConfig:
   min_sep: int = 1
   max_participations: Optional[int] = None
   blt_buffers: int = 4
-  bandmf_bands: Optional[int] = None
+  bands: Optional[int] = None
   mechanism_params: Optional[str] = None
   cpsgd_levels: int = 16
   cpsgd_trials: Optional[int] = None
@@ -197,7 +198,7 @@ class TrainingConfig:
     _checks.check_open_unit("cpsgd_p", self.cpsgd_p)
     if self.cpsgd_x_max is not None:
       _checks.check_positive("cpsgd_x_max", self.cpsgd_x_max)
-    for name in ("max_participations", "bandmf_bands"):
+    for name in ("max_participations", "bands"):
       if getattr(self, name) is not None:
         _checks.check_positive_int(name, getattr(self, name))
     if self.reproducible_noise_seed is not None:
@@ -297,6 +298,7 @@ class TrainingConfig:
     if not isinstance(data, Mapping):
       raise ValueError(f"A training config must be a JSON object; got {type(data).__name__}.")
     fields = {f.name for f in dataclasses.fields(cls)}
+    data = _renamed(data)
     unknown = sorted(set(data) - fields)
     if unknown:
       raise ValueError(f"Unknown training config fields {unknown}; known: {sorted(fields)}.")
@@ -337,6 +339,19 @@ def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 CONFIG_FILE = "config.json"
 
 
+# Fields renamed since a run directory may have been written: old name -> new name.
+_RENAMED_FIELDS = {"bandmf_bands": "bands"}
+
+
+def _renamed(data: Mapping[str, Any]) -> dict[str, Any]:
+  """`data` (a saved config or privacy record) with renamed fields under their new names."""
+  out = dict(data)
+  for old, new in _RENAMED_FIELDS.items():
+    if old in out and new not in out:
+      out[new] = out.pop(old)
+  return out
+
+
 def privacy_differences(saved: TrainingConfig | Mapping[str, Any],
                         new: TrainingConfig) -> list[str]:
   """The privacy-relevant fields that differ, as 'field: saved -> new' lines.
@@ -344,7 +359,7 @@ def privacy_differences(saved: TrainingConfig | Mapping[str, Any],
   `saved` is a config or a `privacy_record()` (a field missing from an older record is
   compared with the field's default).
   """
-  record = saved.privacy_record() if isinstance(saved, TrainingConfig) else dict(saved)
+  record = saved.privacy_record() if isinstance(saved, TrainingConfig) else _renamed(saved)
   defaults = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
   out = []
   for name in PRIVACY_FIELDS:

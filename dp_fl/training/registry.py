@@ -26,6 +26,8 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 
+from dp_fl.mechanisms import banded_inverse
+from dp_fl.mechanisms import bsr
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import two_band
 from dp_fl.participation import availability as availability_lib
@@ -114,11 +116,9 @@ class DpFtrlEntry(MechanismEntry):
 
   refused_participations = ("poisson",)  # Its amplification is cyclic_poisson's (G = 1).
 
-  def __init__(self, name: str, description: str, optimize_for: str = "rms",
-               banded: bool = False):
+  def __init__(self, name: str, description: str, banded: bool = False):
     self.name = name
     self.description = description
-    self.optimize_for = optimize_for
     self.banded = banded  # C is banded (cyclic Poisson's analysis applies).
 
   def check_config(self, config):
@@ -140,7 +140,7 @@ class DpFtrlEntry(MechanismEntry):
     source = saved if os.path.exists(saved) else config.mechanism_params
     build_args = dict(rounds=config.rounds, min_sep=config.min_sep,
                       max_participations=config.max_participations, buffers=config.blt_buffers,
-                      bands=config.bandmf_bands, optimize_for=self.optimize_for,
+                      bands=config.bands, optimize_for=None,  # The family's loss.
                       seed=config.seed)
     key = None if source else (self.name, tuple(sorted(build_args.items())))
     mechanism = _OPTIMIZED.get(key) if key else None
@@ -399,11 +399,17 @@ def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> fl
 
 
 MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
-    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", optimize_for="max"),
+    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)"),
     DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
-    DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description, optimize_for="max"),
+    DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description),
+    DpFtrlEntry(bsr.NAME, "BSR DP-FTRL, the p-banded square root of A (Kalinin and Lampert "
+                "2024)", banded=True),
+    DpFtrlEntry(banded_inverse.BISR, "BISR DP-FTRL, C⁻¹ the p-banded inverse square root of A "
+                "(Kalinin et al. 2025)"),
+    DpFtrlEntry(banded_inverse.BANDINVMF, "BandInvMF DP-FTRL, banded C⁻¹ optimized for RmsLoss "
+                "under (n, b, k) (Kalinin et al. 2025)"),
     DpFedAvgEntry(),
     CpSgdEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),

@@ -113,6 +113,9 @@ _REFERENCE_SPECS = {
     "tree": lambda: streaming.TreeStreamingNoise(24),
     "tree_power_of_two": lambda: streaming.TreeStreamingNoise(16),
     "dpsgd": streaming.IdentityStreamingNoise,
+    "banded_inverse": lambda: streaming.BandedInverseStreamingNoise(
+        [1.0, -0.5, -0.125, -0.0625]),
+    "banded_inverse_one_band": lambda: streaming.BandedInverseStreamingNoise([0.7]),
 }
 
 
@@ -184,7 +187,8 @@ def test_from_spec_maps_each_spec_type_to_its_generator():
   expected = {streaming.BltStreamingNoise: noise.BltNoise,
               streaming.BandedStreamingNoise: noise.BandedNoise,
               streaming.TreeStreamingNoise: noise.TreeNoise,
-              streaming.IdentityStreamingNoise: noise.IdentityNoise}
+              streaming.IdentityStreamingNoise: noise.IdentityNoise,
+              streaming.BandedInverseStreamingNoise: noise.BandedInverseNoise}
   for family, make in _REFERENCE_SPECS.items():
     spec = make()
     assert type(noise.from_spec(spec)) is expected[type(spec)], family

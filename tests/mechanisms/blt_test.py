@@ -14,6 +14,7 @@ import pytest
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import toeplitz
+from scripts import bench_blt
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=25)
 
@@ -357,6 +358,46 @@ def test_table3_two_buffer_rows():
   assert round(single.rms_loss, 2) == 11.15
   assert round(multi.max_loss, 2) == 10.81
   assert round(multi.rms_loss, 2) == 9.34
+
+
+# The optimizer's losses before they were in closed form (scripts/bench_blt.py keeps them).
+REFERENCE_LOSSES = bench_blt.REFERENCE_LOSSES
+REFERENCE_TABLE3 = bench_blt.REFERENCE_TABLE3
+
+
+@pytest.mark.parametrize("setting", sorted(REFERENCE_LOSSES))
+def test_optimizer_reproduces_reference_losses(setting):
+  res = blt.optimize_blt(*setting)
+  assert res.loss_value == pytest.approx(REFERENCE_LOSSES[setting], rel=1e-6)
+  ev = res.blt._evaluate_materialized(*setting[:3]) if setting[0] <= 4000 else None
+  if ev is not None:  # The closed-form evaluation agrees with the materialized one.
+    value = ev.max_loss if setting[4] == "max" else ev.rms_loss
+    assert res.loss_value == pytest.approx(value, rel=1e-10)
+
+
+@pytest.mark.parametrize("row", sorted(REFERENCE_TABLE3))
+def test_optimizer_reproduces_reference_table3_rows(row):
+  buffers, k = row
+  ev = blt.optimize_blt(2052, 342, k, buffers).blt.evaluate(2052, 342, 6)
+  want_max, want_rms = REFERENCE_TABLE3[row]
+  assert ev.max_loss == pytest.approx(want_max, rel=1e-6)
+  assert ev.rms_loss == pytest.approx(want_rms, rel=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["max", "rms"])
+def test_runs_advanced_together_match_scipy_minimize_one_at_a_time(loss, monkeypatch):
+  rng = np.random.default_rng(5)
+  starts = [blt._params_from_gaps(*blt._initial_gaps(3, 500, rng, jitter=s > 0))
+            for s in range(4)]
+  args = (500, 50, 6, loss, blt.DEFAULT_PENALTY_STRENGTH, 25, 1e-12)
+  together = blt._minimize_all(starts, *args)
+  if blt._SETULB is None:
+    pytest.skip("scipy's setulb has another signature: _minimize_all uses scipy.optimize")
+  monkeypatch.setattr(blt, "_SETULB", None)
+  alone = blt._minimize_all(starts, *args)
+  for (y1, f1), (y2, f2) in zip(together, alone):  # Bitwise the same runs.
+    assert f1 == f2
+    np.testing.assert_array_equal(y1, y2)
 
 
 def test_published_blts_are_valid_and_optimized_settings_hold():

@@ -184,7 +184,7 @@ def test_poisson_bad_counts(capsys, flag):
 
 def test_privacy_ten_million_rounds_refused_by_the_time_budget(capsys, monkeypatch):
   monkeypatch.setattr(blt, "optimize_blt", _no_work)
-  code, io_ = _privacy(capsys, "--mechanism=blt", "--rounds=10000000", "--min_sep=1000",
+  code, io_ = _privacy(capsys, "--mechanism=blt", "--rounds=10000000", "--min_sep=1",
                        "--noise_multiplier=5", "--delta=1e-6", "--time_budget_hours=0.05")
   assert code == exits.BAD_INPUT
   assert "--rounds=10000000" in io_.err and "time budget" in io_.err

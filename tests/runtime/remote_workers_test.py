@@ -221,6 +221,8 @@ def test_mutual_tls_to_a_worker_behind_a_tls_front(tmp_path, workers, certificat
 def test_bad_tls_flags_name_the_flag(tmp_path, certificates):
   not_pem = tmp_path / "not.pem"
   not_pem.write_text("hello")
+  truncated = tmp_path / "truncated.pem"
+  truncated.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n")
   cases = [
       (dict(worker_tls_ca_cert=certificates["ca"]), "give --workers too"),
       (dict(workers="localhost:8000", worker_tls_client_cert=certificates["client_cert"],
@@ -231,6 +233,14 @@ def test_bad_tls_flags_name_the_flag(tmp_path, certificates):
        "--worker_tls_ca_cert=.*missing.pem.* cannot be read"),
       (dict(workers="localhost:8000", worker_tls_ca_cert=str(not_pem)),
        "--worker_tls_ca_cert=.*not.pem.* is not a PEM file"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=certificates["client_key"]),
+       "--worker_tls_ca_cert=.*holds no usable CA certificate"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=str(truncated)),
+       "--worker_tls_ca_cert=.*holds no usable CA certificate"),
+      (dict(workers="localhost:8000", worker_tls_ca_cert=certificates["ca"],
+            worker_tls_client_cert=certificates["client_cert"],
+            worker_tls_client_key=certificates["server_key"]),
+       "are not a matching PEM certificate and private key"),
   ]
   for overrides, match in cases:
     with pytest.raises(ValueError, match=match):

@@ -262,3 +262,24 @@ def test_cyclic_poisson_bad_flags_are_clear_errors(flags, message):
                                              for g in flags)], *flags)
   assert out.returncode == 2, out.stdout
   assert message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("mechanism,bands", [("bsr", 8), ("bisr", 8), ("bandinvmf", 5)])
+def test_banded_square_root_mechanisms_with_their_bands(mechanism, bands):
+  out = cli.matrix_mechanism(mechanism, None, 120, 20, 6, 4, 3.0, None, 1e-6, None, None,
+                             bands=bands)
+  guaranteed = out.get("sensitivity_guaranteed", out["sensitivity"])
+  assert out["epsilon"] == pytest.approx(
+      zcdp.matrix_mechanism_guarantee(guaranteed, 3.0, 1e-6).epsilon, rel=1e-9)
+  if mechanism == "bsr":  # b >= p: k unit columns.
+    assert out["sensitivity_kind"] == "exact" and out["sensitivity"] == pytest.approx(
+        math.sqrt(6))
+  wider = cli.matrix_mechanism(mechanism, None, 120, 20, 6, 4, 3.0, None, 1e-6, None, None,
+                               bands=30)  # > b: the columns of one client's rounds overlap.
+  assert wider["epsilon"] != out["epsilon"]  # --bands reaches the mechanism.
+
+
+def test_bands_flag_is_checked():
+  out = _cli("--mechanism=bisr", "--rounds=10", "--min_sep=2", "--bands=0",
+             "--noise_multiplier=1", "--delta=1e-6")
+  assert out.returncode == 2 and "--bands" in out.stderr and "Traceback" not in out.stderr

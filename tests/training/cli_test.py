@@ -27,6 +27,11 @@ def test_priority_of_defaults_preset_and_flags(tmp_path):
   assert config.server_momentum == 0.9  # TrainingConfig default
 
 
+def test_the_bands_flag_keeps_its_earlier_name():
+  assert _parse(["--bands=7"]).bands == 7
+  assert _parse(["--bandmf_bands=5"]).bands == 5  # Command lines from before the rename.
+
+
 def test_bad_flags_are_clear_errors(tmp_path):
   with pytest.raises(SystemExit):
     _parse(["--mechanism=fancy"])

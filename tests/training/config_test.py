@@ -65,6 +65,22 @@ def test_resume_refuses_privacy_changes_but_allows_others(tmp_path):
     config_lib.save_or_check(_config(tmp_path, task="other"))
 
 
+def test_run_directories_from_before_the_bands_rename_resume(tmp_path):
+  """`bandmf_bands` became `bands` (it sizes BSR, BISR and BandInvMF too): an older
+  config.json or checkpoint privacy record is read under the new name, and still checked."""
+  import json  # pylint: disable=g-import-not-at-top
+  config = _config(tmp_path, mechanism="bandmf", bands=5)
+  old = config.to_dict()
+  old["bandmf_bands"] = old.pop("bands")
+  assert config_lib.TrainingConfig.from_dict(old) == config
+  (tmp_path / config_lib.CONFIG_FILE).write_text(json.dumps(old))
+  assert config_lib.save_or_check(config).bands == 5
+  record = dict(config.privacy_record())
+  record["bandmf_bands"] = record.pop("bands")
+  assert config_lib.privacy_differences(record, config) == []
+  assert config_lib.privacy_differences(record, config.replace(bands=6)) == ["bands: 5 -> 6"]
+
+
 def test_resume_refuses_another_server_optimizer(tmp_path):
   config_lib.save_or_check(_config(tmp_path))
   with pytest.raises(ValueError, match=r"another server optimizer \(server_optimizer: 'sgdm' "

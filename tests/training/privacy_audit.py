@@ -251,3 +251,33 @@ def audit_cpsgd_run(task, config) -> dict[str, Any]:
     reported = json.load(f)
   return {"participations": participations, "cohort": min(cohorts),
           "true_epsilon": true_epsilon, "reported": reported}
+
+
+def check_recipe_run(task, config_for, pauses=(2,)):
+  """The "Adding a mechanism" recipe's promise on the toy task, for a DP-FTRL mechanism:
+  `config_for(name)` (a config whose root_dir is `<tmp>/<name>`) trains to completion, its ε
+  dominates this audit's (and equals it where the sensitivity is exact), and a run paused
+  after each of `pauses` rounds and resumed ends bitwise where the uninterrupted one did —
+  model, optimizer, noise state, ledger — with the same ε. Returns (whole, resumed)."""
+  whole_config = config_for("whole")
+  whole = program.run(task, whole_config)
+  assert whole.stopped == "completed" and whole.rounds_completed == whole_config.rounds
+  assert np.isfinite(whole.eval_metrics["loss"])
+  audit = audit_run(task, whole_config)
+  check_claim(audit)
+  assert whole.epsilon >= audit.true_epsilon * (1 - 1e-9)
+  if whole.privacy_report.sensitivity_kind == catalog.EXACT:
+    assert abs(whole.epsilon - audit.true_epsilon) <= 1e-9 * audit.true_epsilon
+  split = config_for("split")
+  for pause in pauses:
+    assert program.run(task, split, max_rounds_this_call=pause).stopped == "paused"
+  resumed = program.run(task, split)
+  assert resumed.resumed_from == sum(pauses) and resumed.rounds_completed == split.rounds
+  a, b = (checkpoints_lib.CheckpointManager(os.path.join(c.root_dir, "checkpoints"))
+          .restore_latest() for c in (whole_config, split))
+  assert a.round == b.round == split.rounds and len(a.arrays) == len(b.arrays)
+  for x, y in zip(a.arrays, b.arrays):  # Model, optimizer, aggregator (noise) state.
+    assert x.dtype == y.dtype and np.array_equal(x, y)
+  assert a.blobs["scheduler"] == b.blobs["scheduler"]
+  assert resumed.epsilon == whole.epsilon
+  return whole, resumed

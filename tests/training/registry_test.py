@@ -179,7 +179,7 @@ def test_amplifying_participations_check_the_mechanism_and_the_population(tmp_pa
   with pytest.raises(ValueError, match="needs a banded C"):
     cyclic.check(config, registry.mechanism("blt").load_or_build(config), 100)
   config = _config(tmp_path, mechanism="bandmf", participation="cyclic_poisson", min_sep=4,
-                   bandmf_bands=6)
+                   bands=6)
   with pytest.raises(ValueError, match="at most 4 bands"):
     cyclic.check(config, registry.mechanism("bandmf").load_or_build(config), 100)
   config = _config(tmp_path, mechanism="dpsgd", participation="cyclic_poisson", min_sep=4)
