@@ -99,7 +99,7 @@ def test_compare_across_two_workers_gives_the_local_table(two_workers, tmp_path)
   synthetic.generate(tiny.CORPUS, synthetic_dir)
 
   def table(name, *flags):
-    code = compare.main(["--mechanisms=dpsgd,blt", "--rounds=2", "--calibrate_epsilon=4",
+    code = compare.main(["--mechanisms=blt", "--rounds=2", "--calibrate_epsilon=4",
                          f"--data_dir={synthetic_dir}", f"--out_dir={tmp_path / name}",
                          "--seeds=1", "--lr_factors=1", *tiny.FLAGS,
                          "--reproducible_noise_seed=5", *flags])
