@@ -111,11 +111,6 @@ def split(count: int, parts: int) -> list[tuple[int, int]]:
   return bounds
 
 
-def _leaf_values(value: Any) -> list[Any]:
-  """The tensors of a TFF struct value inside a TensorFlow computation."""
-  return structure.flatten(value)
-
-
 def connect(addresses: Sequence[str],
             timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
             connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
@@ -124,10 +119,11 @@ def connect(addresses: Sequence[str],
   """An execution context per worker address, each reachable and of this process's versions
   (`check_version`, run on all workers at once); `runtime.RemoteWorkerError` otherwise."""
   contexts = [_context(a, timeout_seconds, connect_seconds, tls) for a in addresses]
+  probe = _stamp_probe()  # Traced once, here, not in each worker's thread.
   with contextlib.ExitStack() as stack:
     if pool is None:
       pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(len(contexts) or 1))
-    for future in [pool.submit(check_version, address, context, timeout_seconds)
+    for future in [pool.submit(check_version, address, context, timeout_seconds, probe)
                    for address, context in zip(addresses, contexts)]:
       future.result()
   return contexts
@@ -137,7 +133,8 @@ def partial_aggregation(form: Any) -> Any:
   """The computation one worker runs per round: its clients' `work` folded into one
   `xla_runtime.PartialAggregate` (as a Python structure at SERVER).
 
-      (data@CLIENTS, client_input@SERVER) -> <accumulator, <Σ secure inputs, max secure inputs>>@SERVER
+      (data@CLIENTS, client_input@SERVER)
+          -> <accumulator, <Σ secure inputs, max secure inputs>>@SERVER
 
   `accumulator` is MapReduceForm's `federated_aggregate(update, zero, accumulate, merge)`
   over the worker's clients, reported as is (`report` runs once, in the training process,
@@ -161,28 +158,27 @@ def partial_aggregation(form: Any) -> Any:
   def secure_inputs(result):
     return structure.pack_sequence_as(secure_type, [
         leaf for _, part in list(structure.iter_elements(result))[1:]
-        for leaf in _leaf_values(part)])
+        for leaf in structure.flatten(part)])
 
   @tff.tensorflow.computation
   def secure_zero():
     return structure.pack_sequence_as(folded_type, [
-        tf.zeros(t.shape, t.dtype) for t in secure_types] + [
-            tf.fill(t.shape, tf.constant(tf.as_dtype(t.dtype).min, t.dtype))
-            for t in secure_types])
+        xla_runtime.zeros(t) for t in secure_types] + [
+            xla_runtime.lowest(t) for t in secure_types])
 
   def fold(sums, maxes, values_for_sum, values_for_max):
     return structure.pack_sequence_as(folded_type, [
-        a + b for a, b in zip(_leaf_values(sums), values_for_sum)] + [
-            tf.maximum(a, b) for a, b in zip(_leaf_values(maxes), values_for_max)])
+        a + b for a, b in zip(structure.flatten(sums), values_for_sum)] + [
+            tf.maximum(a, b) for a, b in zip(structure.flatten(maxes), values_for_max)])
 
   @tff.tensorflow.computation(folded_type, secure_type)
   def secure_accumulate(folded, value):
-    values = _leaf_values(value)
+    values = structure.flatten(value)
     return fold(folded[0], folded[1], values, values)
 
   @tff.tensorflow.computation(folded_type, folded_type)
   def secure_merge(a, b):
-    return fold(a[0], a[1], _leaf_values(b[0]), _leaf_values(b[1]))
+    return fold(a[0], a[1], structure.flatten(b[0]), structure.flatten(b[1]))
 
   @tff.tensorflow.computation(folded_type)
   def secure_report(folded):
@@ -280,13 +276,15 @@ def _versions(stamp: dict[str, Any]) -> str:
 
 
 def check_version(address: str, context: Any,
-                  timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS) -> None:
+                  timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
+                  probe: Optional[Any] = None) -> None:
   """Refuses (`runtime.RemoteWorkerError`) a worker whose version stamp is missing, unreadable
-  or differs from this process's `runtime.worker_stamp()` (module docstring)."""
+  or differs from this process's `runtime.worker_stamp()` (module docstring). `probe`: the
+  `_stamp_probe()` computation, when the caller has built it already."""
   restart = ("start it with this checkout's `./bazelw run //scripts:worker -- --port=PORT` "
              "(the same requirements*.lock installed there; docs/DISTRIBUTED.md)")
   try:
-    (raw,) = context.invoke(_stamp_probe(), [0])
+    (raw,) = context.invoke(probe or _stamp_probe(), [0])
   except Exception as e:  # pylint: disable=broad-except
     if "No such file" in _details(e):
       raise runtime.RemoteWorkerError(

@@ -322,9 +322,10 @@ class TlsFiles:
 
   def __post_init__(self):
     if (self.client_cert is None) != (self.client_key is None):
+      given = "the certificate" if self.client_key is None else "the key"
       raise ValueError("--worker_tls_client_cert and --worker_tls_client_key go together (mutual "
-                       f"TLS); got only {'the certificate' if self.client_key is None else 'the key'}."
-                       " Pass both, or neither for server-authenticated TLS.")
+                       f"TLS); got only {given}. Pass both, or neither for server-authenticated "
+                       "TLS.")
     for flag, path in self._files():
       _read_pem(flag, path)
     self._check_with_ssl()

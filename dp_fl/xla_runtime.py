@@ -373,8 +373,8 @@ class MapReduceProcess:
         column.append(value)
     return PartialAggregate(
         accumulator,
-        [tf.add_n(c) if c else _zeros(t) for c, t in zip(columns, self._secure_types)],
-        [tf.reduce_max(tf.stack(c), axis=0) if c else _lowest(t)
+        [tf.add_n(c) if c else zeros(t) for c, t in zip(columns, self._secure_types)],
+        [tf.reduce_max(tf.stack(c), axis=0) if c else lowest(t)
          for c, t in zip(columns, self._secure_types)])
 
   def _secure_sums(self, partials: Sequence[PartialAggregate]) -> list[tf.Tensor]:
@@ -385,7 +385,7 @@ class MapReduceProcess:
     for kind, bounds in enumerate(self._bounds):
       for bound in bounds:
         sums = [p.secure_sums[leaf] for p in partials]
-        total = tf.add_n(sums) if sums else _zeros(self._secure_types[leaf])
+        total = tf.add_n(sums) if sums else zeros(self._secure_types[leaf])
         largest = [p.secure_maxes[leaf] for p in partials]
         if kind == 0:
           bits = int(bound)
@@ -402,11 +402,12 @@ class MapReduceProcess:
     return out
 
 
-def _zeros(tensor_type: Any) -> tf.Tensor:
+def zeros(tensor_type: Any) -> tf.Tensor:
+  """The sum over no client of a secure-sum input of TFF type `tensor_type`."""
   return tf.zeros(tensor_type.shape, tensor_type.dtype)
 
 
-def _lowest(tensor_type: Any) -> tf.Tensor:
+def lowest(tensor_type: Any) -> tf.Tensor:
   """The elementwise maximum over no client: the dtype's smallest value."""
   dtype = tf.as_dtype(tensor_type.dtype)
   return tf.fill(tensor_type.shape, tf.constant(dtype.min, dtype))

@@ -7,9 +7,9 @@ Every setting runs BLT-DP-FTRL (d = 4) rounds of `--clients` clients, each takin
 interleaved (`bench_training.interleaved_seconds`). The workers are `worker_binary` processes
 on loopback started as `scripts/worker` starts them. On this 2-core machine 2 and 4 workers
 share the same two cores, so the figure is the honest overhead of the remote path (the model
-and the clients' data out, one folded accumulator back, per worker), not a speed-up; on hosts with more cores, or
-on several hosts, the clients' work divides over the workers while the server steps stay
-fixed (docs/BENCHMARKS.md).
+and the clients' data out, one folded accumulator back, per worker), not a speed-up; on hosts
+with more cores, or on several hosts, the clients' work divides over the workers while the
+server steps stay fixed (docs/BENCHMARKS.md).
 
   .venv/bin/python -m scripts.bench_workers [--clients 10 --rounds 4 --local_batches 4]
 """
@@ -38,8 +38,10 @@ def _free_port() -> int:
 
 def _nbytes(type_spec) -> int:
   """Bytes of the tensors of a TFF type."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff
+  from tensorflow_federated.python.common_libs import structure
+  # pylint: enable=g-import-not-at-top
   if isinstance(type_spec, tff.StructType):
     return sum(_nbytes(t) for t in structure.flatten(type_spec))
   return int(np.prod(type_spec.shape, dtype=np.int64)) * np.dtype(type_spec.dtype).itemsize

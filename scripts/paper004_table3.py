@@ -20,9 +20,10 @@ import math
 import time
 import warnings
 
-from dp_fl.mechanisms import banded_inverse  # pylint: disable=unused-import  (registers bisr, bandinvmf)
+# banded_inverse and bsr register bisr, bandinvmf and bsr with the catalog.
+from dp_fl.mechanisms import banded_inverse  # pylint: disable=unused-import
 from dp_fl.mechanisms import blt
-from dp_fl.mechanisms import bsr  # pylint: disable=unused-import  (registers bsr)
+from dp_fl.mechanisms import bsr  # pylint: disable=unused-import
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import tree

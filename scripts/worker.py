@@ -289,8 +289,8 @@ def serve(args: argparse.Namespace) -> int:
         check_port_available(port)  # Taken between the check and the worker's bind: exit 2.
         raise
       if ready:
-        _emit(args, f"dp_fl worker: serving TFF executor on port {port} (dp_fl {versions['dp_fl']}, "
-                    f"tensorflow-federated "
+        _emit(args, f"dp_fl worker: serving TFF executor on port {port} (dp_fl "
+                    f"{versions['dp_fl']}, tensorflow-federated "
                     f"{versions['tensorflow-federated']}, tensorflow {versions['tensorflow']})",
               dict(status, status="serving"))
         if args.ready_file:

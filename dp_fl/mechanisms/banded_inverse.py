@@ -105,7 +105,9 @@ class BandedInverseMechanism(catalog.Mechanism):
 
   def coef(self, rounds: int) -> np.ndarray:
     """c_0..c_{n−1}, the first column of C (dense Toeplitz); refused when not finite."""
-    n = self.check_rounds(rounds)
+    return self._coef(self.check_rounds(rounds))
+
+  def _coef(self, n: int) -> np.ndarray:
     c = strategy_coefficients(self.inverse_coef, n)
     if not np.all(np.isfinite(c)):
       t = int(np.flatnonzero(~np.isfinite(c))[0])
@@ -129,7 +131,7 @@ class BandedInverseMechanism(catalog.Mechanism):
     n = self.check_rounds(rounds)
     min_sep = _checks.check_positive_int("min_sep", min_sep)
     k, _ = sensitivity_lib.feasible_participations(n, min_sep, max_participations)
-    c = self.coef(n)
+    c = self._coef(n)
     if np.all(c >= 0) and np.all(np.diff(c) <= 0):
       value = sensitivity_lib.toeplitz_sensitivity(c, min_sep, k)
       return catalog.Sensitivity(value, catalog.EXACT,
@@ -293,33 +295,20 @@ def _guaranteed_loss(mechanism: BandedInverseMechanism, n: int, min_sep: int, k:
   return mechanism.sensitivity(n, min_sep, k).guaranteed * error
 
 
-def _bands(options: catalog.BuildOptions) -> int:
-  """p = `options.bands`, default min(b, n) (BISR's bandwidth for b-separated participation);
-  at most n."""
-  if options.bands is None:
-    return min(options.min_sep, options.rounds)
-  return min(_checks.check_positive_int("bands", options.bands), options.rounds)
-
-
-def _bands_note(options: catalog.BuildOptions) -> tuple[str, ...]:
-  if options.bands is not None and options.bands > options.rounds:
-    return (f"bands={options.bands} > rounds={options.rounds}: using {options.rounds} (C⁻¹ has "
-            "no more bands than rounds).",)
-  return ()
-
-
 def build_bisr(options: catalog.BuildOptions) -> tuple[BandedInverseMechanism, tuple[str, ...]]:
-  """BISR with p = `_bands(options)` bands: closed form (the loss and k do not change it)."""
-  return (BandedInverseMechanism(BISR, inverse_sqrt_a_coefficients(_bands(options))),
-          _bands_note(options))
+  """BISR with p = `catalog.bands_for(options)` bands (default min(b, n)): closed form (the
+  loss and k do not change it)."""
+  bands, notes = catalog.bands_for(options)
+  return BandedInverseMechanism(BISR, inverse_sqrt_a_coefficients(bands)), notes
 
 
 def build_bandinvmf(options: catalog.BuildOptions
                     ) -> tuple[BandedInverseMechanism, tuple[str, ...]]:
-  """BandInvMF with p = `_bands(options)` bands, optimized for `options.optimize_for`."""
+  """BandInvMF with p = `catalog.bands_for(options)` bands (default min(b, n)), optimized
+  for `options.optimize_for`."""
+  bands, notes = catalog.bands_for(options)
   return (optimize_banded_inverse(options.rounds, options.min_sep, options.max_participations,
-                                  _bands(options), options.optimize_for),
-          _bands_note(options))
+                                  bands, options.optimize_for), notes)
 
 
 def _evaluation_cost(rounds: int) -> resources.Estimate:
@@ -335,7 +324,7 @@ def _optimization_cost(options: catalog.BuildOptions) -> resources.Estimate:
   """Up to 1000 L-BFGS-B steps, each the recurrence for c (O(n p)) and a few FFTs of length
   2n (measured: 2.7–4.3 s for n = 2052, p = 342 on two cores)."""
   n = options.rounds
-  p = _bands(options)
+  p, _ = catalog.bands_for(options)
   seconds = 1.0 + 1000 * (2e-9 * n * p + 5e-8 * n * math.log2(n + 1))
   return resources.Estimate(f"optimizing a {p}-band BandInvMF for n={n} rounds",
                             200.0 * n + 1e6, seconds, "~200 n bytes")

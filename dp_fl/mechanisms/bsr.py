@@ -22,12 +22,12 @@ C (`catalog.BandedMechanism`):
 - streaming noise by forward substitution in the band, p − 1 buffers
   (`streaming.BandedStreamingNoise`).
 
-The default p is min(b, n): the most bands whose sensitivity is the column-norm √k.
+The default p is min(b, n) (`catalog.bands_for`): the most bands whose sensitivity is the
+column-norm √k.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -89,29 +89,19 @@ class BsrMechanism(catalog.BandedMechanism):
     return mechanism
 
 
-def default_bands(options: catalog.BuildOptions) -> int:
-  """p = min(b, n) unless `options.bands` says otherwise."""
-  if options.bands is None:
-    return min(options.min_sep, options.rounds)
-  return _checks.check_positive_int("bands", options.bands)
-
-
 def build(options: catalog.BuildOptions) -> tuple[BsrMechanism, tuple[str, ...]]:
-  """BSR for n = `options.rounds` with p = `default_bands(options)` (closed form: the loss,
-  k and the seed do not change it)."""
-  notes = ()
+  """BSR for n = `options.rounds` with p = `catalog.bands_for(options)` bands (closed form:
+  the loss, k and the seed do not change it)."""
   if options.optimize_for not in ("max", "rms"):
     raise ValueError(f"`optimize_for` must be 'max' or 'rms'; got {options.optimize_for!r}.")
-  if options.bands is not None and options.bands > options.rounds:
-    notes = (f"bands={options.bands} > rounds={options.rounds}: using {options.rounds}.",)
-    options = dataclasses.replace(options, bands=options.rounds)
-  return BsrMechanism(options.rounds, default_bands(options)), notes
+  bands, notes = catalog.bands_for(options)
+  return BsrMechanism(options.rounds, bands), notes
 
 
 def build_cost(options: catalog.BuildOptions) -> resources.Estimate:
   """The (n, p) band and its normalization: ~40 n p bytes."""
   n = options.rounds
-  p = min(default_bands(options), n)
+  p, _ = catalog.bands_for(options)
   return resources.Estimate(f"building a BSR for n={n} rounds", 40.0 * n * p + 1e6,
                             1e-7 * n * p, "~40 n p bytes")
 

@@ -381,6 +381,19 @@ class BuildOptions:
   seed: int = 0  # the optimizer's random starts (public)
 
 
+def bands_for(options: BuildOptions) -> tuple[int, tuple[str, ...]]:
+  """(p, notes): the bands of a banded C or C⁻¹ built for `options` (BSR, BISR, BandInvMF):
+  `options.bands`, default min(b, n) (the most with column-norm sensitivity for b-separated
+  participation), at most n (said in the note when capped)."""
+  if options.bands is None:
+    return min(options.min_sep, options.rounds), ()
+  bands = _checks.check_positive_int("bands", options.bands)
+  if bands > options.rounds:
+    return options.rounds, (f"bands={bands} > rounds={options.rounds}: using "
+                            f"{options.rounds} (no more bands than rounds).",)
+  return bands, ()
+
+
 def _linear_cost(bytes_per_round: float, seconds_per_round: float = 0.0,
                  what: str = "") -> Callable[[int], resources.Estimate]:
   """An evaluation cost linear in n (length-n coefficient and error arrays)."""

@@ -129,13 +129,13 @@ def test_errors_are_those_of_b_equals_a_c_inverse(family):
 def test_optimizer_gradient_matches_finite_differences(loss):
   params = np.array([0.3, 0.2, -0.4, 0.9])
   args = (40, 6, 5, loss)
-  value, gradient = banded_inverse._objective(params, *args)  # pylint: disable=protected-access
+  objective = banded_inverse._objective  # pylint: disable=protected-access
+  value, gradient = objective(params, *args)
   assert np.isfinite(value)
   for i in range(params.size):
     step = np.zeros_like(params)
     step[i] = 1e-6
-    numeric = (banded_inverse._objective(params + step, *args)[0]  # pylint: disable=protected-access
-               - banded_inverse._objective(params - step, *args)[0]) / 2e-6  # pylint: disable=protected-access
+    numeric = (objective(params + step, *args)[0] - objective(params - step, *args)[0]) / 2e-6
     assert gradient[i] == pytest.approx(numeric, rel=1e-5, abs=1e-8)
 
 
