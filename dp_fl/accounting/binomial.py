@@ -1,5 +1,8 @@
 """Privacy and communication of the Binomial mechanism (paper 000, cpSGD: Thm. 1, Thm. 3).
 
+Thm. 1 is kept as the paper's reference figure, confined to ε <= 1 where its Gaussian leading
+term is proved; dp_fl accounts the Binomial mechanism with `binomial_rdp` (valid at every ε).
+
 The Binomial mechanism (paper 000, Eq. 5) releases f(D) + (Z − Np) s for an integer-valued
 query f: D -> Z^d, with Z_i ~ Bin(N, p) independent and quantization scale s = 1/j.
 
@@ -39,7 +42,10 @@ from typing import Any
 from dp_fl import _checks
 
 
-def _check_p(p: Any) -> float:
+THEOREM_1_MAX_EPSILON = 1.0  # The Gaussian bound behind Eq. 6 is proved for ε < 1.
+
+
+def check_p(p: Any) -> float:
   x = _checks.check_finite("p", p)
   if not 0 < x < 1:
     raise ValueError(
@@ -50,7 +56,7 @@ def _check_p(p: Any) -> float:
 
 def binomial_constants(p: float) -> tuple[float, float, float]:
   """(b_p, c_p, d_p) of paper 000, Thm. 1 (see the module docstring for their source)."""
-  p = _check_p(p)
+  p = check_p(p)
   sq = p * p + (1.0 - p) ** 2
   b = (2.0 / 3.0) * sq + 1.0 - 2.0 * p
   c = math.sqrt(2.0) * (3.0 * p ** 3 + 3.0 * (1.0 - p) ** 3 + 2.0 * sq)
@@ -65,7 +71,7 @@ def check_binomial_condition(
     delta: float) -> None:
   """Raises ValueError unless Np(1−p) >= max(23 log(10d/δ), 2Δ∞/s) (paper 000, Thm. 1)."""
   n = _checks.check_positive_int("num_trials", num_trials)
-  p = _check_p(p)
+  p = check_p(p)
   s = _checks.check_positive("scale", scale)
   linf = _checks.check_nonnegative("linf_sensitivity", linf_sensitivity)
   d = _checks.check_positive_int("dimension", dimension)
@@ -150,8 +156,11 @@ def binomial_mechanism_epsilon(
     A `BinomialGuarantee`.
 
   Raises:
-    ValueError: on invalid input or when Thm. 1's condition on Np(1−p) fails (the message
-      gives the smallest N that satisfies it).
+    ValueError: on invalid input, when Thm. 1's condition on Np(1−p) fails (the message
+      gives the smallest N that satisfies it), or when ε > `THEOREM_1_MAX_EPSILON`: the
+      theorem's leading term is the classical Gaussian bound (Dwork & Roth, Thm. A.1), proved
+      for ε < 1 only, and above it Eq. 6 is below the mechanism's true ε (issue #39: 15.97 vs
+      the exact 16.68 at d = 1, N = 4·10⁵). `dp_fl.accounting.binomial_rdp` holds at every ε.
   """
   check_binomial_condition(num_trials, p, scale, linf_sensitivity, dimension, delta)
   n = int(num_trials)
@@ -174,10 +183,17 @@ def binomial_mechanism_epsilon(
   third = ((linf * d_p * math.log(1.25 / delta)
             + linf * d_p * math.log(20.0 * d / delta) * math.log(10.0 / delta))
            / (s * variance))
+  epsilon = first + second + third
+  if epsilon > THEOREM_1_MAX_EPSILON:
+    raise ValueError(
+        f"Paper 000's Thm. 1 gives ε = {epsilon:.4g} here, but it is proved only for ε <= "
+        f"{THEOREM_1_MAX_EPSILON:g} (its leading term is the classical Gaussian bound) and "
+        "underestimates the true ε above that. Use dp_fl.accounting.binomial_rdp (valid at "
+        "every ε), or more trials (num_trials) to stay below ε = 1.")
   return BinomialGuarantee(
       num_trials=n, p=p, scale=s, l1_sensitivity=l1, l2_sensitivity=l2,
       linf_sensitivity=linf, dimension=d, delta=delta,
-      epsilon=first + second + third, gaussian_term=first, second_term=second,
+      epsilon=epsilon, gaussian_term=first, second_term=second,
       third_term=third, noise_std=s * math.sqrt(variance),
       mean_squared_error=d * s * s * variance,
       num_quantization_levels=int(num_quantization_levels),

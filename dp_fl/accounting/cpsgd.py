@@ -1,57 +1,65 @@
-"""Privacy of cpSGD, Rot(s_k(Bin(m, p)), HA) (paper 000, Thm. 3–4 through Thm. 1), per round and
-composed over a client's participations.
+"""Privacy of cpSGD, Rot(s_k(Bin(m, p)), HA) (paper 000, Sec. 4), per round and composed over
+a client's participations — by the Binomial mechanism's Rényi divergences
+(`dp_fl.accounting.binomial_rdp`), valid at every ε.
 
-**Per round.** The server sees Σ_i Y_i = Σ_i U_i + Z with Z ~ Bin(n·m, p) per coordinate
-(each of the n reporting clients adds its own Bin(m, p) share), i.e. the Binomial mechanism of
-Thm. 1 with N = n·m and scale s = 1 on the integer query f = Σ_i U_i. Neighbouring cohorts
-differ in one client's vector (replace-one, both of L2 norm <= D; the cohort size is public).
-The query is random (stochastic quantization), so its sensitivities hold with high
-probability — Eq. 10 of paper 000 (our text copy of Eq. 10 is garbled; these are the arXiv
-version's, arXiv:1805.10559):
+**Per round.** The server sees Σ_i Y_i = Σ_i U_i + Z with Z ~ Bin(n·m, ½) per coordinate
+(each of the n reporting clients adds its own Bin(m, ½) share): the Binomial mechanism with
+N = n·m on the integer query f = Σ_i U_i. Neighbouring cohorts differ in one client's vector
+(replace-one, both of L2 norm <= D; the cohort size is public). The query is random
+(stochastic quantization), so its sensitivities hold with high probability — Eq. 10 of paper
+000 (our text copy of Eq. 10 is garbled; these are the arXiv version's, arXiv:1805.10559):
 
     a  = √d D (k−1) / X_max                     (L1 norm of the scaled difference)
-    Δ∞ = k + 1,
-    Δ₁ = a + √(2a log(2/δ)) + (4/3) log(2/δ),
-    Δ₂ = D (k−1) / X_max + √(Δ₁ + √(2a log(2/δ))).
+    Δ∞ = k − 1,
+    Δ₁ = a + √(2a log(2/δ_q)) + (4/3) log(2/δ_q),
+    Δ₂ = D (k−1) / X_max + √(Δ₁ + √(2a log(2/δ_q))).
 
 Why they hold: rotation is an isometry and clipping coordinates to ±X_max is a projection,
 so two clipped, rotated vectors differ by at most 2D in L2; in level units (× (k−1)/(2X_max))
 by at most b = D(k−1)/X_max in L2 and a = √d b in L1. Quantize both with the same dither
 (U = ⌊P + v⌋, v ~ U[0, 1) per coordinate — a coupling with the right marginals): then
 |U_j − U'_j| = ⌊Δ_j⌋ + B_j with B_j ~ Bernoulli(frac Δ_j) independent, so Bernstein's
-inequality bounds Σ_j B_j and Σ_j (B_j − frac Δ_j)² by a + √(2a log(2/δ)) + (2/3) log(2/δ)
-each with probability 1 − δ/2, which the expressions above dominate (Δ₂ via the triangle
-inequality), and |U_j − U'_j| <= k − 1 always. The failure probability δ of the coupling adds
-to Thm. 1's δ: each round is (ε₀, 2δ₀)-DP (Thm. 3); we charge (ε₀, 3δ₀) as Thm. 4 does for the
-rotated protocol. ε₀ is Thm. 1's (`binomial.binomial_mechanism_epsilon`), at d = d' the padded
-dimension, N = n·m.
+inequality bounds Σ_j B_j and Σ_j (B_j − frac Δ_j)² by a + √(2a log(2/δ_q)) + (2/3) log(2/δ_q)
+each with probability 1 − δ_q/2, which the expressions above dominate (Δ₂ via the triangle
+inequality); and levels lie in {0, …, k−1}, so |U_j − U'_j| <= k − 1 always (paper 000 writes
+k + 1; k − 1 is the deterministic bound). The other clients' messages are the same under both
+cohorts: a common offset, i.e. a mixture with equal weights on both sides.
 
-**Over rounds.** A client that took part in k rounds is covered by the better of basic
-composition, (k ε₀, 3k δ₀), and advanced composition (Dwork, Rothblum & Vadhan 2010, valid
-for adaptive (ε, δ) mechanisms; paper 000, Sec. 3, points to the composition theorem of its
-ref. [19], Kairouz, Oh & Viswanath, whose optimal composition is tighter still):
-(√(2k log(1/δ')) ε₀ + k ε₀ (e^ε₀ − 1),
-3k δ₀ + δ'). We split a total δ as δ' = δ/2 and δ₀ = δ / (6k) (δ₀ = δ/(3k), δ' = 0, for basic
-composition), and take the smaller ε. The rounds are charged at the smallest cohort any round
-had (fewer reporting clients is less noise), k from the realized participation; sampling is
-not credited (no amplification is claimed).
+**Why not Thm. 1.** Paper 000's Thm. 1 (Eq. 6, `binomial.binomial_mechanism_epsilon`) rests on
+the classical Gaussian bound, proved for ε < 1; at large ε it is below the true ε of the very
+mechanism (issue #39: exact enumeration 16.68 vs Eq. 6's 15.97 at d = 1). It is kept, confined
+to ε₀ <= 1, as a reference.
+
+**The guarantee.** Each round is (δ_q + η)-approximately RDP with the curve of
+`binomial_rdp.round_rdp` (N = n·m, the sensitivities above; η from the noise's finite
+support); k rounds of a client compose adaptively by adding the curves and the failure
+probabilities (Bun & Steinke 2016, Lemma 8.8), and the RDP conversion gives ε at
+δ_RDP = δ − k(δ_q + η). We take k δ_q = δ/2. The rounds are charged at the smallest cohort any
+round had (fewer reporting clients is less noise), k from the realized participation;
+sampling is not credited (no amplification is claimed). p must be ½ (the symmetric Binomial,
+the variance-maximizing choice of paper 000; the analysis uses its symmetry).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any
+
+import numpy as np
 
 from dp_fl import _checks
 from dp_fl.accounting import binomial
+from dp_fl.accounting import binomial_rdp
 
-DELTA_CHARGE_PER_ROUND = 3  # Thm. 4: (ε, 3δ) per round for Rot(s_k(Bin(m, p)), HA).
+SENSITIVITY_DELTA_SHARE = 0.5  # k·δ_q = this share of δ; the RDP conversion gets the rest.
+ORDERS_AROUND_BEST = 4  # Orders evaluated on each side of the Gaussian-predicted best one.
 
 
 def sensitivities(num_levels: int, x_max: float, clip_norm: float, dimension: int,
                   delta: float) -> tuple[float, float, float]:
-  """(Δ₁, Δ₂, Δ∞) of Eq. 10 for the level-index query (see the module docstring)."""
+  """(Δ₁, Δ₂, Δ∞) of Eq. 10 for the level-index query, holding except with probability
+  `delta` (see the module docstring)."""
   k = _checks.check_positive_int("num_levels", num_levels)
   x_max = _checks.check_positive("x_max", x_max)
   clip_norm = _checks.check_positive("clip_norm", clip_norm)
@@ -60,7 +68,18 @@ def sensitivities(num_levels: int, x_max: float, clip_norm: float, dimension: in
   a = math.sqrt(d) * clip_norm * (k - 1) / x_max
   l1 = a + math.sqrt(2.0 * a * log_term) + (4.0 / 3.0) * log_term
   l2 = clip_norm * (k - 1) / x_max + math.sqrt(l1 + math.sqrt(2.0 * a * log_term))
-  return l1, l2, float(k + 1)
+  return l1, l2, float(k - 1)
+
+
+def check_symmetric(p: float) -> float:
+  """p, which must be ½: the Rényi analysis uses the symmetry of Bin(N, ½)."""
+  p = binomial.check_p(p)
+  if p != 0.5:
+    raise ValueError(
+        f"cpSGD's privacy analysis (dp_fl/accounting/binomial_rdp.py) is for p = 1/2, the "
+        f"symmetric Binomial paper 000 uses (it maximizes the noise per trial); got p = {p!r} "
+        "(--cpsgd_p). Use p = 0.5.")
+  return p
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,41 +90,40 @@ class CpSgdGuarantee:
     epsilon, delta: the guarantee.
     participations: k.
     cohort: n, the (smallest) number of clients whose shares make each round's noise.
-    round_guarantee: Thm. 1's figures for one round (ε₀ at δ₀).
-    round_delta: δ charged per round, 3δ₀.
-    composition: "basic" or "advanced".
+    num_trials: m, each client's Binomial trials.
+    round_epsilon: ε at δ of a single round (one participation) of the same mechanism.
+    order: the Rényi order that gave ε.
+    sensitivities: (Δ₁, Δ₂, Δ∞) of Eq. 10 at the per-round δ_q.
+    failure_probability: k(δ_q + η), the part of δ that is not the RDP conversion's.
+    composition: how rounds were composed ("rdp").
     bits_per_coordinate: ⌈log₂(k_levels + m)⌉.
   """
   epsilon: float
   delta: float
   participations: int
   cohort: int
-  round_guarantee: Optional[binomial.BinomialGuarantee]
-  round_delta: float
+  num_trials: int
+  round_epsilon: float
+  order: float
+  sensitivities: tuple[float, float, float]
+  failure_probability: float
   composition: str
   bits_per_coordinate: int
 
   def to_dict(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out["round_guarantee"] = (self.round_guarantee.to_dict() if self.round_guarantee
-                              else None)
-    return out
+    return dataclasses.asdict(self)
 
 
-def round_epsilon(num_levels: int, num_trials: int, p: float, x_max: float, clip_norm: float,
-                  dimension: int, cohort: int, delta0: float
-                  ) -> Optional[binomial.BinomialGuarantee]:
-  """Thm. 1 for one round with N = cohort · m; None where Thm. 1 does not apply (m = 0, or
-  N p (1−p) below its threshold): no finite ε is claimed then."""
-  if num_trials == 0 or cohort == 0:
-    return None
-  l1, l2, linf = sensitivities(num_levels, x_max, clip_norm, dimension, delta0)
-  try:
-    return binomial.binomial_mechanism_epsilon(
-        cohort * num_trials, p, 1.0, l1, l2, linf, dimension, delta0,
-        num_quantization_levels=num_levels)
-  except ValueError:  # Thm. 1's condition on N p (1 − p) fails.
-    return None
+def _orders_near_best(rdp_per_unit: float, participations: int, delta: float
+                      ) -> tuple[float, ...]:
+  """The orders around the best one for a Gaussian with the same variance: the Binomial's
+  curve lies just above it, so its best order is among these (any order gives a valid ε)."""
+  gaussian = np.asarray(binomial_rdp.ORDERS) * rdp_per_unit * participations
+  eps = [binomial_rdp.epsilon_from_rdp((a,), np.array([r]), delta)[0]
+         for a, r in zip(binomial_rdp.ORDERS, gaussian)]
+  best = int(np.argmin(eps))
+  lo, hi = max(0, best - ORDERS_AROUND_BEST), best + ORDERS_AROUND_BEST + 1
+  return binomial_rdp.ORDERS[lo:hi]
 
 
 def composed_epsilon(num_levels: int, num_trials: int, p: float, x_max: float,
@@ -113,57 +131,77 @@ def composed_epsilon(num_levels: int, num_trials: int, p: float, x_max: float,
                      delta: float) -> CpSgdGuarantee:
   """(ε, δ) for `participations` rounds of cpSGD, each with at least `cohort` clients' noise.
 
-  `dimension`: the d of Thm. 1 — the padded d' with rotation, d without. ε = inf when
-  Thm. 1 does not apply (the message of `binomial.check_binomial_condition` says which m would).
+  `dimension`: the d of the query — the padded d' with rotation, d without. ε = inf when no
+  finite bound exists (m = 0, or fewer trials per coordinate than a shift needs).
   """
   k = _checks.check_nonnegative_int("participations", participations)
   delta = _checks.check_delta(delta)
-  bits = binomial.bits_per_coordinate(num_levels, num_trials)
+  check_symmetric(p)
+  m = _checks.check_nonnegative_int("num_trials", num_trials)
+  n = _checks.check_nonnegative_int("cohort", cohort)
+  bits = binomial.bits_per_coordinate(num_levels, m)
   if k == 0:
-    return CpSgdGuarantee(0.0, 0.0, 0, cohort, None, 0.0, "none", bits)
-  candidates = []
-  for name, delta_prime in (("basic", 0.0), ("advanced", delta / 2.0)):
-    if name == "advanced" and k == 1:
-      continue
-    delta0 = (delta - delta_prime) / (DELTA_CHARGE_PER_ROUND * k)
-    guarantee = round_epsilon(num_levels, num_trials, p, x_max, clip_norm, dimension, cohort,
-                              delta0)
-    if guarantee is None:
-      candidates.append((math.inf, name, None, DELTA_CHARGE_PER_ROUND * delta0))
-      continue
-    e0 = guarantee.epsilon
-    if name == "basic":
-      eps = k * e0
-    elif e0 > 700.0:  # e^ε₀ overflows; advanced composition is far worse than basic there.
-      eps = math.inf
-    else:
-      eps = math.sqrt(2.0 * k * math.log(1.0 / delta_prime)) * e0 + k * e0 * math.expm1(e0)
-    candidates.append((eps, name, guarantee, DELTA_CHARGE_PER_ROUND * delta0))
-  eps, name, guarantee, round_delta = min(candidates, key=lambda c: c[0])
-  return CpSgdGuarantee(eps, delta, k, cohort, guarantee, round_delta, name, bits)
+    return CpSgdGuarantee(0.0, 0.0, 0, n, m, 0.0, math.nan, (0.0, 0.0, 0.0), 0.0, "none", bits)
+
+  def guarantee_for(rounds: int) -> tuple[float, float, tuple[float, float, float], float]:
+    delta_q = SENSITIVITY_DELTA_SHARE * delta / rounds
+    sens = sensitivities(num_levels, x_max, clip_norm, dimension, delta_q)
+    if m == 0 or n == 0:
+      return math.inf, math.nan, sens, 0.0
+    trials = n * m
+    orders = _orders_near_best(2.0 * sens[1] ** 2 / trials, rounds, delta / 2.0)
+    per_round = binomial_rdp.round_rdp(trials, *sens, dimension, orders)
+    failure = rounds * (delta_q + per_round.failure)
+    if failure >= delta:
+      return math.inf, math.nan, sens, failure
+    eps, order = binomial_rdp.epsilon_from_rdp(orders, rounds * per_round.rdp,
+                                               delta - failure)
+    return eps, order, sens, failure
+
+  eps, order, sens, failure = guarantee_for(k)
+  round_eps = eps if k == 1 else guarantee_for(1)[0]
+  return CpSgdGuarantee(eps, delta, k, n, m, round_eps, order, sens, failure, "rdp", bits)
 
 
 def trials_for_epsilon(num_levels: int, p: float, x_max: float, clip_norm: float,
                        dimension: int, cohort: int, participations: int, epsilon: float,
-                       delta: float, max_trials: int = 1 << 40) -> int:
-  """The smallest m whose `composed_epsilon` is <= `epsilon` (ε decreases in m)."""
+                       delta: float, max_trials: int = 1 << 40,
+                       relative_tolerance: float = 1e-4) -> int:
+  """An m whose `composed_epsilon` is <= `epsilon`, within `relative_tolerance` of the
+  smallest such m (ε decreases in m). Starts from the Gaussian with the same variance."""
   target = _checks.check_positive("epsilon", epsilon)
+  check_symmetric(p)
+  n = _checks.check_positive_int("cohort", cohort)
 
   def eps(m):
-    return composed_epsilon(num_levels, m, p, x_max, clip_norm, dimension, cohort,
+    return composed_epsilon(num_levels, m, p, x_max, clip_norm, dimension, n,
                             participations, delta).epsilon
 
-  high = 1
-  while eps(high) > target:
-    high *= 2
-    if high > max_trials:
-      raise ValueError(
-          f"No number of Binomial trials m <= {max_trials} reaches ε = {epsilon:g} at "
-          f"δ = {delta:g} for k = {num_levels} levels, X_max = {x_max:g}, d = {dimension}, "
-          f"n = {cohort}: the L1/L∞ terms of Thm. 1 dominate. Use more quantization levels "
-          "k, a larger X_max, or a larger ε.")
-  low = high // 2  # eps(low) > target (or low = 0).
-  while high - low > 1:
+  def too_many(m):
+    return ValueError(
+        f"No number of Binomial trials m <= {max_trials} reaches ε = {epsilon:g} at "
+        f"δ = {delta:g} for k = {num_levels} levels, X_max = {x_max:g}, d = {dimension}, "
+        f"n = {cohort} (m = {m} gives ε = {eps(min(m, max_trials)):.4g}). Use a larger ε, or "
+        "more clients per round.")
+
+  # First guess: the Gaussian of the same variance N/4 is ρ-zCDP with ρ = 2kΔ₂²/N, and
+  # ρ = (√(ε + log 1/δ) − √(log 1/δ))² reaches about ε.
+  k = max(1, participations)
+  _, l2, _ = sensitivities(num_levels, x_max, clip_norm, dimension,
+                           SENSITIVITY_DELTA_SHARE * delta / k)
+  rho = (math.sqrt(target + math.log(1 / delta)) - math.sqrt(math.log(1 / delta))) ** 2
+  guess = min(max_trials, max(1, math.ceil(2.0 * k * l2 * l2 / rho / n)))
+  if eps(guess) <= target:
+    high, low = guess, guess // 2
+    while low >= 1 and eps(low) <= target:
+      high, low = low, low // 2
+  else:
+    low, high = guess, 2 * guess
+    while eps(high) > target:
+      if high >= max_trials:
+        raise too_many(high)
+      low, high = high, min(max_trials, 2 * high)
+  while high - low > max(1, int(relative_tolerance * high)):
     mid = (low + high) // 2
     if eps(mid) <= target:
       high = mid
