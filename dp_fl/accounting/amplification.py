@@ -102,7 +102,7 @@ class MonteCarloRelease:
   delta: float
   delta_verify: float
   verified: bool
-  solved_for: str  # "noise_multiplier" or "epsilon"
+  solved_for: str  # "noise_multiplier", "epsilon", or "verified" (both given: `release_verified`)
   num_samples: int
   required_num_samples: int
   calibration_seed: int
@@ -224,6 +224,32 @@ def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: fl
   ver = _verify(pair, sigma, eps, d, dv, m, ver_seed)
   return _release(pair, ver, "noise_multiplier", required, (cal_seed, ver_seed), margin,
                   cal.noise_multiplier, cal.delta_hat, cal.delta_standard_error)
+
+
+def release_verified(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: float,
+                     epsilon: float, delta: float, delta_verify: Optional[float] = None,
+                     num_samples: Optional[int] = None, seed: Optional[int] = None,
+                     verify_ratio: float = balls_in_bins.DEFAULT_VERIFY_RATIO
+                     ) -> MonteCarloRelease:
+  """(ε, δ) given in advance, verified at σ by Alg. 1 on a fresh sample (paper 003).
+
+  For a σ calibrated earlier for the target ε (`release_noise_multiplier`, on another
+  sample): Estimate-Verify-Release of that very claim, instead of `release_epsilon`'s new
+  estimate of ε (which lands on either side of the target by Monte Carlo error, and above
+  it by the calibration margin). The claim (ε, δ) is fixed before the verification sample
+  is drawn, so Thm 2.1 applies as in `release_noise_multiplier`'s step 2; `verified` False
+  is ⊥ (no amplified claim). Arguments as in `release_noise_multiplier`.
+  """
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  eps = _checks.check_positive("epsilon", epsilon)
+  d, dv, m, required = _check_release_args(delta, delta_verify, DEFAULT_CALIBRATION_MARGIN,
+                                           num_samples, verify_ratio)
+  seeds = accounting_seeds(seed)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
+    ver = _verify(pair, sigma, eps, d, dv, m, seeds[1])
+  # No calibration sample of its own: its calibration fields are the claim and zeros.
+  return _release(pair, ver, "verified", required, seeds, 0.0, eps, 0.0, 0.0)
 
 
 def _release(pair, ver, solved_for, required, seeds, margin, calibration_value,

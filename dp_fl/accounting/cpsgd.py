@@ -166,7 +166,7 @@ def composed_epsilon(num_levels: int, num_trials: int, p: float, x_max: float,
 def trials_for_epsilon(num_levels: int, p: float, x_max: float, clip_norm: float,
                        dimension: int, cohort: int, participations: int, epsilon: float,
                        delta: float, max_trials: int = 1 << 40,
-                       relative_tolerance: float = 1e-4) -> int:
+                       relative_tolerance: float = 1e-3) -> int:
   """An m whose `composed_epsilon` is <= `epsilon`, within `relative_tolerance` of the
   smallest such m (ε decreases in m). Starts from the Gaussian with the same variance."""
   target = _checks.check_positive("epsilon", epsilon)
@@ -201,10 +201,22 @@ def trials_for_epsilon(num_levels: int, p: float, x_max: float, clip_norm: float
       if high >= max_trials:
         raise too_many(high)
       low, high = high, min(max_trials, 2 * high)
+  # Regula falsi on log ε against log m (smooth, nearly linear), kept inside the bracket's
+  # middle 80 % so that every step shrinks it.
+  eps_low = eps(low) if low >= 1 else math.inf
+  eps_high = eps(high)
   while high - low > max(1, int(relative_tolerance * high)):
-    mid = (low + high) // 2
-    if eps(mid) <= target:
-      high = mid
+    if low >= 1 and math.isfinite(eps_low) and eps_high > 0:
+      slope = (math.log(eps_high) - math.log(eps_low)) / (math.log(high) - math.log(low))
+      guess = math.exp(math.log(low) + (math.log(target) - math.log(eps_low)) / slope)
     else:
-      low = mid
+      guess = (low + high) / 2
+    margin = 0.1 * (high - low)
+    mid = int(min(max(guess, low + margin), high - margin))
+    mid = min(max(mid, low + 1), high - 1)
+    value = eps(mid)
+    if value <= target:
+      high, eps_high = mid, value
+    else:
+      low, eps_low = mid, value
   return high

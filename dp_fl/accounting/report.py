@@ -482,7 +482,8 @@ class AmplifiedPrivacyReport:
 
 @dataclasses.dataclass(frozen=True)
 class BinomialPrivacyReport:
-  """The DP statement of a cpSGD run, Rot(s_k(Bin(m, p)), HA) (paper 000, Thm. 1, 3, 4).
+  """The DP statement of a cpSGD run, Rot(s_k(Bin(m, p)), HA) (paper 000, Sec. 4; accounted by
+  `dp_fl.accounting.cpsgd`).
 
   `epsilon` covers each client's `participations` rounds (realized, plus every round that may
   have been released twice by a resume), each charged at the smallest cohort any round had.
@@ -521,9 +522,12 @@ class BinomialPrivacyReport:
 
   def checklist(self) -> dict[str, str]:
     return {
-        "dp_setting": ("Distributed DP: every client adds its own Bin(m, p) share; secure "
-                       "aggregation reveals only the sum of the clients' integer messages, so "
-                       "the guarantee holds against the server too (paper 000, Sec. 1.3)."),
+        "dp_setting": ("Distributed DP: every client adds its own Bin(m, p) share and secure "
+                       "aggregation sums the clients' integer messages, so the guarantee on "
+                       "that sum holds against the server too (paper 000, Sec. 1.3). The sum "
+                       "is the only noised release: what else the server receives (un-noised "
+                       "counts and metrics; with remote workers, each worker's partial sum) is "
+                       "named in the scope and not covered."),
         "data_accesses_covered": ("Every round of this single training run; hyper-parameter "
                                   "tuning and checkpoint selection are not covered."),
         "final_mechanism_output": "Every round's aggregate (hence every intermediate model).",
@@ -531,10 +535,14 @@ class BinomialPrivacyReport:
         "adjacency": ("Replace one client's update within a cohort of public size (paper 000, "
                       "Sec. 3.2); each update is clipped to L2 norm D."),
         "accounting": (
-            "Thm. 1 of paper 000 per round with N = n·m trials and Eq. 10's sensitivities "
-            "(each round (ε₀, 3δ₀), Thm. 4), composed over a client's rounds by the better of "
-            f"basic and advanced composition ({self.composition} here); no amplification by "
-            "sampling is claimed."),
+            "Rényi DP of the Binomial mechanism, computed numerically with every "
+            "approximation rounded up (dp_fl/accounting/binomial_rdp.py: each shift reduced "
+            "to shifts of one lattice step, the worst shift allowed by Eq. 10's sensitivities "
+            "bounded by a certified linear program), per round with N = n·m trials; a "
+            "client's rounds composed by adding their Rényi curves (" + self.composition
+            + " here), the sensitivities' failure probability added to δ; converted to "
+            "(ε, δ) by Canonne, Kamath & Steinke (2020), Prop. 12. Paper 000's Thm. 1 is not "
+            "used: it is proved for ε < 1 only. No amplification by sampling is claimed."),
         "accounting_assumptions": (
             f"At least n = {self.cohort} clients add their shares in every round a client "
             f"takes part in (the smallest realized cohort); at most k = {self.participations} "
@@ -543,7 +551,7 @@ class BinomialPrivacyReport:
             "with the shares of all clients whose messages it sums."),
         "formal_statement": (
             f"cpSGD satisfies (ε = {self.epsilon:.4g}, δ = {self.delta:g})-DP for each "
-            f"client (per round ε₀ = {self.round_epsilon:.4g}, charged δ {self.round_delta:.3g})."
+            f"client (one round alone: ε = {self.round_epsilon:.4g} at δ = {self.round_delta:g})."
             + "".join(f" Caveat: {c}" for c in self.caveats)),
     }
 
@@ -563,7 +571,7 @@ class BinomialPrivacyReport:
         ("participations per client k (of which re-run)",
          f"{self.participations} ({self.replayed_participations})"),
         (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}"),
-        ("per-round ε₀ (δ charged per round, 3δ₀)",
-         f"{self.round_epsilon:.6g} ({self.round_delta:.3g})"),
+        ("ε of one round alone (at δ)",
+         f"{self.round_epsilon:.6g} ({self.round_delta:g})"),
     ]
     return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
