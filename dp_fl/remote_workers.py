@@ -12,6 +12,16 @@ aggregation with its noise step and the noise state — runs once, in the traini
 exactly as locally: only the client input (model) and the clients' data go out, only one
 accumulator per worker comes back.
 
+What a worker's partial reveals to the training process: the sum over its clients of each
+accumulated value (for DP-FTRL and DP-FedAvg, clipped updates the trusted server sums anyway;
+for cpSGD, the clients' integer messages — their quantized updates plus only *their* noise
+shares — and the un-noised counts and metrics), and one bit per round saying whether some
+client's secure-sum input exceeded its bound (checked on the worker; the values' maxima are
+not sent). A partial over one client would be that client's message, so a round whose form
+has secure sums never gives a worker fewer than `MIN_CLIENTS_PER_SECURE_PARTIAL` clients
+(fewer workers are used that round); cpSGD's privacy report states what the partials carry
+(`dp_fl.training.privacy.distributed_scope`).
+
 Before any work, each worker's version is checked (`check_version`): TFF's worker_binary has no
 version RPC, so `scripts/worker` starts it in a private directory holding dp_fl's version stamp
 (`runtime.worker_stamp`: the dp_fl release, TFF and TensorFlow versions) and a one-client probe
@@ -49,6 +59,9 @@ from dp_fl import runtime
 from dp_fl import xla_runtime
 
 CONNECT_TIMEOUT_SECONDS = 30.0
+MIN_CLIENTS_PER_SECURE_PARTIAL = 2
+"""With secure sums in the round (cpSGD), the fewest clients a worker folds: its partial sum is
+seen by the training process, and over one client it would be that client's message."""
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000  # As TFF's own local channel.
 _CHANNEL_OPTIONS = [("grpc.max_message_length", _MAX_MESSAGE_BYTES),
                     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
@@ -98,9 +111,11 @@ def _context(address: str, timeout_seconds: float, connect_seconds: float,
       transform_result=tensorflow_computation.transform_result)
 
 
-def split(count: int, parts: int) -> list[tuple[int, int]]:
-  """`count` items in `parts` contiguous chunks whose sizes differ by at most one, in order
-  (empty chunks dropped)."""
+def split(count: int, parts: int, min_size: int = 1) -> list[tuple[int, int]]:
+  """`count` items in at most `parts` contiguous chunks whose sizes differ by at most one, in
+  order (empty chunks dropped), each of at least `min_size` items: fewer chunks when `count`
+  is below `parts × min_size` (one chunk when `count` < 2 `min_size`)."""
+  parts = max(1, min(parts, count // max(1, min_size)))
   base, extra = divmod(count, parts)
   bounds, start = [], 0
   for i in range(parts):
@@ -134,21 +149,23 @@ def partial_aggregation(form: Any) -> Any:
   `xla_runtime.PartialAggregate` (as a Python structure at SERVER).
 
       (data@CLIENTS, client_input@SERVER)
-          -> <accumulator, <Σ secure inputs, max secure inputs>>@SERVER
+          -> <accumulator, <Σ secure inputs, out of bounds>>@SERVER
 
   `accumulator` is MapReduceForm's `federated_aggregate(update, zero, accumulate, merge)`
   over the worker's clients, reported as is (`report` runs once, in the training process,
   after the workers' accumulators are merged); the secure-sum inputs (cpSGD's modular
-  shares, ...) are summed, with their elementwise maximum so that the training process
-  checks every client's value against its bound. So each worker sends back one
-  accumulator-sized message per round, whatever its number of clients.
+  shares, ...) are summed, and each client's value is checked against its bound here, on the
+  worker: only whether some value exceeded its bound comes back (one boolean), never the
+  values' maxima. So each worker sends back one accumulator-sized message per round,
+  whatever its number of clients.
   """
   work = form.work
   data_type, input_type = work.type_signature.parameter
   accumulator_type = form.zero.type_signature.result
   secure_types = xla_runtime.secure_leaf_types(form)
   secure_type = tff.StructType(secure_types)
-  folded_type = tff.StructType([secure_type, secure_type])
+  folded_type = tff.StructType([secure_type, tff.TensorType(np.bool_)])
+  upper = xla_runtime.secure_bounds(form) if secure_types else []
 
   @tff.tensorflow.computation(accumulator_type)
   def as_is(accumulator):
@@ -163,22 +180,23 @@ def partial_aggregation(form: Any) -> Any:
   @tff.tensorflow.computation
   def secure_zero():
     return structure.pack_sequence_as(folded_type, [
-        xla_runtime.zeros(t) for t in secure_types] + [
-            xla_runtime.lowest(t) for t in secure_types])
+        xla_runtime.zeros(t) for t in secure_types] + [tf.constant(False)])
 
-  def fold(sums, maxes, values_for_sum, values_for_max):
+  def fold(sums, out_of_bounds, values, more_out_of_bounds):
     return structure.pack_sequence_as(folded_type, [
-        a + b for a, b in zip(structure.flatten(sums), values_for_sum)] + [
-            tf.maximum(a, b) for a, b in zip(structure.flatten(maxes), values_for_max)])
+        a + b for a, b in zip(structure.flatten(sums), values)] + [
+            tf.logical_or(out_of_bounds, more_out_of_bounds)])
 
   @tff.tensorflow.computation(folded_type, secure_type)
   def secure_accumulate(folded, value):
     values = structure.flatten(value)
-    return fold(folded[0], folded[1], values, values)
+    beyond = tf.reduce_any(tf.stack([tf.constant(False)] + [
+        xla_runtime.exceeds(v, b) for v, b in zip(values, upper)]))
+    return fold(folded[0], folded[1], values, beyond)
 
   @tff.tensorflow.computation(folded_type, folded_type)
   def secure_merge(a, b):
-    return fold(a[0], a[1], structure.flatten(b[0]), structure.flatten(b[1]))
+    return fold(a[0], a[1], structure.flatten(b[0]), b[1])
 
   @tff.tensorflow.computation(folded_type)
   def secure_report(folded):
@@ -224,8 +242,10 @@ class RemoteClientWork:
 
   def __call__(self, client_data: Sequence[Any], client_input: Any
                ) -> list[xla_runtime.PartialAggregate]:
-    """One `PartialAggregate` per worker that had clients, in worker order."""
-    chunks = split(len(client_data), len(self.addresses))
+    """One `PartialAggregate` per worker that had clients, in worker order; with secure sums,
+    no worker folds fewer than `MIN_CLIENTS_PER_SECURE_PARTIAL` of them (module docstring)."""
+    chunks = split(len(client_data), len(self.addresses),
+                   MIN_CLIENTS_PER_SECURE_PARTIAL if self._secure_types else 1)
     futures = [(self.addresses[i], self._pool.submit(
         self._contexts[i].invoke, self._computation, (list(client_data[a:b]), client_input)))
                for i, (a, b) in enumerate(chunks)]
@@ -241,15 +261,15 @@ class RemoteClientWork:
   def _partial(self, folded: Any) -> xla_runtime.PartialAggregate:
     if not self._secure_types:
       return xla_runtime.PartialAggregate(
-          xla_runtime.flatten(folded, self._accumulator_type), [], [])
-    accumulator, (sums, maxes) = folded
+          xla_runtime.flatten(folded, self._accumulator_type), [], tf.constant(False))
+    accumulator, (sums, out_of_bounds) = folded
     count = len(self._secure_types)
-    sums, maxes = tf.nest.flatten(sums), tf.nest.flatten(maxes)
-    if len(sums) != count or len(maxes) != count:
+    sums = tf.nest.flatten(sums)
+    if len(sums) != count:
       raise ValueError(f"A worker returned {len(sums)} secure sums for {count} inputs.")
     return xla_runtime.PartialAggregate(
         xla_runtime.flatten(accumulator, self._accumulator_type),
-        [tf.convert_to_tensor(x) for x in sums], [tf.convert_to_tensor(x) for x in maxes])
+        [tf.convert_to_tensor(x) for x in sums], tf.convert_to_tensor(out_of_bounds))
 
   def close(self) -> None:
     self._pool.shutdown(wait=False, cancel_futures=True)

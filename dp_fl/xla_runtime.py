@@ -9,14 +9,17 @@ process, on the device it is given:
     server:  client_input = prepare(state)
     clients: update_i, bitwidth_i, max_input_i, modular_i = work(data_i, client_input)
     server:  aggregate = report(merge(zero(), accumulate(... accumulate(zero(), update_1) ...)))
-             secure    = Σ_i bitwidth_i  (each 0 <= x <= 2^bitwidth − 1, bitwidth <= 62),
+             secure    = Σ_i bitwidth_i  (each x <= 2^bitwidth − 1, bitwidth <= 62),
                          Σ_i max_input_i (each x <= max_input),
                          (Σ_i modular_i) mod modulus
              state, output = update(state, (aggregate, *secure))
 
 (`tff.backends.mapreduce` package docstring; the secure sums with the semantics of TFF's own
 test backend, `tff.backends.test`, which checks each client's value against the bound and
-fails loudly otherwise). Each of the TensorFlow computations is deserialized once into a
+fails loudly otherwise). The bounds are checked where the clients' values are, and only one
+bit per partial aggregate — "some value exceeded its bound" — reaches the server
+(`PartialAggregate`): never a value's maximum, which for a worker with one client would be
+that client's message. Each of the TensorFlow computations is deserialized once into a
 concrete TF function (the GraphDef TFF serialized, imported into a wrapped function), and the
 server state stays as tensors on the device between rounds; it is read back into Python only
 when asked (`MapReduceProcess.state`). A `tf.function(jit_compile=True)` inside the client
@@ -250,15 +253,21 @@ class PartialAggregate:
   """Some clients' `work`, folded: what the server needs of them and nothing more.
 
   `accumulator`: MapReduceForm's accumulator over those clients (`zero`, then `accumulate`
-  in client order); `secure_sums` / `secure_maxes`: each secure-sum input leaf (bitwidth,
-  then max_input, then modular leaves) summed over those clients and its elementwise maximum
-  — the maximum lets the server check every client's value against its bound without seeing
-  the values. Partials are merged with MapReduceForm's `merge` (`MapReduceProcess.next`):
-  one partial for in-process clients, one per worker for `remote_workers`.
+  in client order); `secure_sums`: each secure-sum input leaf (bitwidth, then max_input, then
+  modular leaves) summed over those clients; `out_of_bounds`: one boolean scalar, whether any
+  of those clients' values exceeded its secure sum's bound (`secure_bounds`; false in any run
+  whose aggregator is correct). That bit is all the server needs to refuse a broken
+  aggregator: the values' elementwise maxima, which it received before, would reveal much
+  more (over one client, that client's message). Partials are merged with MapReduceForm's
+  `merge` (`MapReduceProcess.next`): one partial for in-process clients, one per worker for
+  `remote_workers`.
   """
   accumulator: list[tf.Tensor]
   secure_sums: list[tf.Tensor]
-  secure_maxes: list[tf.Tensor]
+  out_of_bounds: tf.Tensor
+
+
+_BOUND_FUNCTIONS = ("secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")
 
 
 def secure_leaf_types(form: Any) -> list[Any]:
@@ -266,6 +275,38 @@ def secure_leaf_types(form: Any) -> list[Any]:
   order (bitwidth leaves, then max_input, then modular)."""
   return [leaf for _, part in list(structure.iter_elements(form.work.type_signature.result))[1:]
           for leaf in structure.flatten(part)]
+
+
+def _upper_bounds(bounds_by_kind: Sequence[Sequence[Any]]) -> list[Optional[np.ndarray]]:
+  """Per secure-sum input leaf, the largest value a client may send (int64): 2^bitwidth − 1,
+  max_input; None for a modular sum (TFF's test backend checks no bound there)."""
+  upper = []
+  for kind, bounds in enumerate(bounds_by_kind):
+    for bound in bounds:
+      bound = np.asarray(bound, np.int64)
+      if kind == 0:
+        if np.any(bound > _MAX_SECURE_SUM_BITWIDTH):
+          raise ValueError(f"secure_sum_bitwidth {bound.tolist()} exceeds "
+                           f"{_MAX_SECURE_SUM_BITWIDTH} (int64 sums).")
+        upper.append((np.int64(1) << bound) - 1)
+      elif kind == 1:
+        upper.append(bound)
+      else:
+        upper.append(None)
+  return upper
+
+
+def secure_bounds(form: Any) -> list[Optional[np.ndarray]]:
+  """`_upper_bounds` of `form`'s secure sums (evaluated once, here)."""
+  return _upper_bounds([TensorFlowFunction(getattr(form, name))() for name in _BOUND_FUNCTIONS])
+
+
+def exceeds(value: Any, bound: Optional[np.ndarray]) -> tf.Tensor:
+  """Whether some entry of one client's secure-sum input `value` exceeds `bound` (a boolean
+  scalar; always false without a bound)."""
+  if bound is None:
+    return tf.constant(False)
+  return tf.reduce_any(tf.cast(value, tf.int64) > tf.constant(bound, tf.int64))
 
 
 class MapReduceProcess:
@@ -294,7 +335,7 @@ class MapReduceProcess:
     self.output_type = process.next.type_signature.result[1].member
     functions = {name: TensorFlowFunction(getattr(form, name), device) for name in (
         "prepare", "work", "zero", "accumulate", "merge", "report", "update",
-        "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")}
+        *_BOUND_FUNCTIONS)}
     functions["initialize"] = TensorFlowFunction(initialize, device)
     self._fn = functions
     self._work_copies = queue.SimpleQueue()
@@ -305,8 +346,8 @@ class MapReduceProcess:
                   if parallel_clients > 1 else None)
     self._update_leaves = num_leaves(form.work.type_signature.result[0])
     self._secure_types = secure_leaf_types(form)
-    self._bounds = [functions[name]() for name in (
-        "secure_sum_bitwidth", "secure_sum_max_input", "secure_modular_sum_modulus")]
+    self._bounds = [functions[name]() for name in _BOUND_FUNCTIONS]
+    self._upper = _upper_bounds(self._bounds)
     self._client_work = client_work(form) if client_work is not None else None
 
   def initialize(self) -> list[tf.Tensor]:
@@ -367,35 +408,33 @@ class MapReduceProcess:
                else map(work, client_data))
     accumulator = fn["zero"]()
     columns: list[list[tf.Tensor]] = [[] for _ in self._secure_types]
+    out_of_bounds = False
     for leaves in outputs:
       accumulator = fn["accumulate"](*accumulator, *leaves[:self._update_leaves])
-      for column, value in zip(columns, leaves[self._update_leaves:]):
+      for column, value, bound in zip(columns, leaves[self._update_leaves:], self._upper):
         column.append(value)
+        out_of_bounds = out_of_bounds or bool(exceeds(value, bound))
     return PartialAggregate(
         accumulator,
         [tf.add_n(c) if c else zeros(t) for c, t in zip(columns, self._secure_types)],
-        [tf.reduce_max(tf.stack(c), axis=0) if c else lowest(t)
-         for c, t in zip(columns, self._secure_types)])
+        tf.constant(out_of_bounds))
 
   def _secure_sums(self, partials: Sequence[PartialAggregate]) -> list[tf.Tensor]:
-    """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`: every
-    client's value (the partials' maxima) at most its bound, the modular sum reduced."""
+    """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`: no
+    partial saw a client's value above its bound, the modular sum reduced."""
+    if any(bool(p.out_of_bounds) for p in partials):
+      bounds = "; ".join(
+          f"{what} {int(np.max(np.asarray(b)))}" for kind, what in enumerate(
+              ("bitwidth", "max_input")) for b in self._bounds[kind])
+      raise ValueError("a client's value for a secure sum exceeds its bound"
+                       + (f" ({bounds})" if bounds else "") + ": the aggregator is broken.")
     out = []
     leaf = 0
     for kind, bounds in enumerate(self._bounds):
       for bound in bounds:
         sums = [p.secure_sums[leaf] for p in partials]
         total = tf.add_n(sums) if sums else zeros(self._secure_types[leaf])
-        largest = [p.secure_maxes[leaf] for p in partials]
-        if kind == 0:
-          bits = int(bound)
-          if bits > _MAX_SECURE_SUM_BITWIDTH:
-            raise ValueError(f"secure_sum_bitwidth {bits} exceeds "
-                             f"{_MAX_SECURE_SUM_BITWIDTH} (int64 sums).")
-          _check_at_most(largest, 2 ** bits - 1, f"bitwidth {bits}")
-        elif kind == 1:
-          _check_at_most(largest, bound, "max_input")
-        else:
+        if kind == 2:
           total = tf.math.floormod(total, tf.cast(bound, total.dtype))
         out.append(total)
         leaf += 1
@@ -405,16 +444,3 @@ class MapReduceProcess:
 def zeros(tensor_type: Any) -> tf.Tensor:
   """The sum over no client of a secure-sum input of TFF type `tensor_type`."""
   return tf.zeros(tensor_type.shape, tensor_type.dtype)
-
-
-def lowest(tensor_type: Any) -> tf.Tensor:
-  """The elementwise maximum over no client: the dtype's smallest value."""
-  dtype = tf.as_dtype(tensor_type.dtype)
-  return tf.fill(tensor_type.shape, tf.constant(dtype.min, dtype))
-
-
-def _check_at_most(maxima: list[tf.Tensor], bound: Any, what: str) -> None:
-  for maximum in maxima:
-    if not bool(tf.reduce_all(tf.cast(maximum, tf.int64) <= tf.cast(bound, tf.int64))):
-      raise ValueError(f"a client's value for a secure sum exceeds its {what} "
-                       f"({int(np.asarray(bound))}): the aggregator is broken.")

@@ -7,7 +7,10 @@ transform in O(d' log d') — clips each coordinate to ±X_max, quantizes stocha
 levels (Eq. 8, unbiased), adds its own Bin(m, p) noise share and sends d' integers in
 {0, …, k−1+m}. The integers are summed by TFF's `SecureModularSumFactory` modulo 2^b with
 b = ⌈log₂(n_max (k−1+m) + 1)⌉, so nothing wraps for up to n_max clients; under secure
-aggregation the server learns only that sum. The server removes the noise mean n·m·p (n the
+aggregation the server learns of the integer messages only that sum. That sum is the only
+noised release: the counts among the measurements below are plain, un-noised sums that the
+guarantee does not cover, and the privacy report names them
+(`dp_fl.training.privacy.distributed_scope`). The server removes the noise mean n·m·p (n the
 clients that reported), maps level indices back to values, rotates back (R⁻¹ = AH/√d') and
 divides by the fixed denominator (the report goal, as the other DP aggregators do). The math,
 in NumPy, is `dp_fl/mechanisms/cpsgd.py`; the privacy, `dp_fl/accounting/cpsgd.py`.
@@ -16,9 +19,14 @@ Composition (outermost first):
 
     nonfinite_zeroing_factory   NaN/Inf client updates -> zeros (counted)
       tff zeroing_factory       updates with L2 norm > zeroing_norm -> zeros
-        tff clipping_factory    global L2 clipping to D (counted)
+        L2ClippingFactory       global L2 clipping to D(1 − 1e-6), the norm in float64 (counted)
           BinomialSecureSumFactory   rotate, quantize, + Bin(m, p), secure modular sum, decode
     / clients_per_round.
+
+The clip bound holds for every input, not only typical ones: TFF's `clipping_factory` sums
+per-tensor norms in float32, and an update crafted so that the float32 sum drops small terms
+ends above D(1 + 6e-6) (`tests/aggregators/cpsgd_test.py`). `L2ClippingFactory` computes the
+global norm in float64 (see its docstring for the bound).
 
 Randomness. The rotation is public randomness (seed in the state, one rotation per round).
 The quantization dither and the noise share are each client's *own* randomness: drawn by the
@@ -30,7 +38,8 @@ those re-runs in the privacy report.
 
 State: OrderedDict(inner=<guards/zeroing/clipping state>, rotation=OrderedDict(seed, round)).
 Measurements per round: round, clients, clipped_count, zeroed_count, nonfinite_count,
-coordinates_clipped (rotated coordinates that hit ±X_max, summed over clients),
+coordinates_clipped (rotated coordinates that hit ±X_max, summed over clients) — the five
+counts computed from the clients' data without noise, NOT covered by the guarantee —,
 noise_stddev (per-coordinate std of the noise in the sum, w √(n m p(1−p))),
 bits_per_coordinate (⌈log₂(k + m)⌉ per client), secure_sum_bits (b).
 """
@@ -55,7 +64,8 @@ from dp_fl.mechanisms import cpsgd as cpsgd_math
 
 MESSAGE_DTYPE = tf.int64
 MAX_SECURE_SUM_BITS = 62  # TFF's secure sums are carried in int64.
-CLIP_SLACK = 1e-6  # Relative margin below D for float32 clipping.
+CLIP_SLACK = 1e-6  # Relative margin below D: covers float rounding (`L2ClippingFactory`).
+MAX_CLIP_PARAMETERS = 2 ** 32  # Up to here the float64 norm's error is < CLIP_SLACK / 4.
 
 
 def walsh_hadamard(x: tf.Tensor) -> tf.Tensor:
@@ -99,6 +109,69 @@ def _leaves_in_type_order(value, value_type) -> list:
       item = value[name] if name else value[i]
     leaves.extend(_leaves_in_type_order(item, member))
   return leaves
+
+
+def global_l2_norm(leaves: list[tf.Tensor]) -> tf.Tensor:
+  """‖x‖₂ of all `leaves` together, in float64, whatever their dtype."""
+  return tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(x, tf.float64))) for x in leaves]))
+
+
+class L2ClippingFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Scales each client's update to global L2 norm <= `clip_norm`, then `inner_agg_factory`.
+
+  The bound holds for every input of d <= `MAX_CLIP_PARAMETERS` float32 or float64 entries.
+  The norm N̂ is computed in float64: the squares of float32 values are exact there (float64
+  ones within u), and a sum of d non-negative terms in any order has relative error
+  <= (d−1)u (u = 2⁻⁵³), so N̂ >= N (1 − (d/2 + 1)u) for the true norm N. An update with
+  N̂ <= clip_norm is passed on as is (its N < clip_norm (1 + 2⁻²²)); any other is multiplied
+  by clip_norm / N̂ in float64 and rounded back to its dtype (relative error <= 2⁻²⁴ for
+  float32), so its true norm is at most clip_norm (1 + 2⁻²² + 2⁻²⁴ + 3u) < clip_norm
+  (1 + 4e-7). `CpSgdFactory` clips to D (1 − 1e-6) and so keeps every update's norm below D,
+  with room for the float64 rotation's rounding (O(log d') u). TFF's `clipping_factory` sums
+  per-tensor norms in float32, which a crafted update defeats by more than 1e-6.
+
+  Measurements: OrderedDict(clipping=<inner measurements>, clipped_count=<int32>).
+  """
+
+  def __init__(self, clip_norm: float,
+               inner_agg_factory: tff.aggregators.UnweightedAggregationFactory):
+    self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
+    self._inner = inner_agg_factory
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    specs = _types.tensor_specs(value_type)
+    dimension = _types.num_parameters(specs)
+    if dimension > MAX_CLIP_PARAMETERS:
+      raise ValueError(f"L2 clipping with a float64 norm is guaranteed for at most "
+                       f"{MAX_CLIP_PARAMETERS} parameters; the model has {dimension}.")
+    inner_process = self._inner.create(value_type)
+    bound = self._clip_norm
+
+    @tff.tensorflow.computation(value_type)
+    def clip(value):
+      leaves = _types.flatten(value)
+      norm = global_l2_norm(leaves)
+      clipped = norm > bound
+      scale = tf.where(clipped, bound / norm, tf.constant(1.0, tf.float64))
+      leaves = [tf.cast(tf.cast(x, tf.float64) * scale, x.dtype) for x in leaves]
+      return _types.pack_as(value, leaves), tf.cast(clipped, guards.COUNT_DTYPE)
+
+    @tff.federated_computation()
+    def init_fn():
+      return inner_process.initialize()
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      clipped, was_clipped = tff.federated_map(clip, value)
+      inner_output = inner_process.next(state, clipped)
+      return tff.templates.MeasuredProcessOutput(
+          state=inner_output.state, result=inner_output.result,
+          measurements=tff.federated_zip(collections.OrderedDict(
+              clipping=inner_output.measurements,
+              clipped_count=tff.federated_sum(was_clipped))))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 class BinomialSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -269,10 +342,10 @@ class CpSgdFactory(tff.aggregators.UnweightedAggregationFactory):
     inner_process = guards.nonfinite_zeroing_factory(
         tff.aggregators.zeroing_factory(
             self._zeroing_norm,
-            # Just below D: TFF clips in float32, whose rounding can leave a norm a few ulps
-            # above the bound the sensitivities assume.
-            tff.aggregators.clipping_factory(self._protocol.clip_norm * (1.0 - CLIP_SLACK),
-                                             self._sum_factory),
+            # Just below D: rounding can leave a norm slightly above the bound it was scaled
+            # to (at most 4e-7 relative, `L2ClippingFactory`), never above D.
+            L2ClippingFactory(self._protocol.clip_norm * (1.0 - CLIP_SLACK),
+                              self._sum_factory),
             norm_order=2.0)).create(value_type)
     denominator = float(self._clients_per_round)
 

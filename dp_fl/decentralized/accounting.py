@@ -18,6 +18,13 @@ recategorization — is a post-processing of its per-iteration releases:
   σ_eff = (σ⁻² + σ_ℓ⁻²)^(−1/2). Paper 002 ranks workers by the exact loss, which no noise
   protects; dp_fl charges for it.
 
+**What is published but not covered.** The experiment also measures, at every evaluation,
+the workers' mean training loss on their own shards (`training.Run.measure`, `train_loss` in
+metrics/eval.csv, result.json, the comparison's table and figures, the progress lines), without
+noise. It is a diagnostic of the experiment, not a message of the protocol, and no ε covers it
+(`NOT_COVERED`, written into every private run's result). Publish it only for non-private
+runs, or keep it as private as the shards. The held-out test set is not protected either.
+
 The models a worker receives depend on other workers' data only; the composition over T
 iterations is adaptive (other workers' models depend on i's earlier releases) and the RDP
 bound covers it. No amplification by the unreleased local steps between communications (the
@@ -87,6 +94,17 @@ def worker_dp_event(sampling_probability: float, noise_multiplier: float, steps:
   return dp_accounting.ComposedDpEvent(events)
 
 
+NOT_COVERED = (
+    "train_loss — the workers' mean loss on their own training shards (the first "
+    "--eval_train_examples examples of each, or all), measured without noise at every "
+    "evaluation and published in metrics/eval.csv, result.json, comparison.json/.md, the "
+    "loss figures and the progress lines: NOT covered by ε (a diagnostic of the experiment, "
+    "not a message of the protocol); keep it as private as the shards.",
+    "test_accuracy — computed on the held-out test set, which ε does not protect.",
+)
+"""What a private run publishes beyond the releases its ε covers (module docstring)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerPrivacy:
   """One worker's (ε, δ) after `steps` iterations."""
@@ -118,7 +136,8 @@ class RunPrivacy:
     return {"delta": self.delta, "noise_multiplier": self.noise_multiplier,
             "loss_noise_multiplier": self.loss_noise_multiplier,
             "max_epsilon": self.max_epsilon,
-            "workers": [w.to_json() for w in self.workers]}
+            "workers": [w.to_json() for w in self.workers],
+            "not_covered": list(NOT_COVERED)}
 
 
 def run_privacy(shard_sizes: Sequence[int], batch_size: float, noise_multiplier: float,

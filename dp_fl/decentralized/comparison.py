@@ -23,6 +23,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 from dp_fl import files
+from dp_fl.decentralized import accounting
 from dp_fl.decentralized import training
 from dp_fl.training import figures
 
@@ -134,7 +135,9 @@ def summarize(results: dict[str, dict[str, Any]], worker_counts: Sequence[int],
           "paper_table_1": {str(m): paper.get(m) for m in worker_counts},
           "delta": first["settings"]["delta"],
           "settings": {k: v for k, v in first["settings"].items()
-                       if k not in ("algorithm", "num_workers", "private")}}
+                       if k not in ("algorithm", "num_workers", "private")},
+          "not_covered": (list(accounting.NOT_COVERED) if any(r["private"] for r in rows)
+                          else [])}
 
 
 def _eps(value: float) -> str:
@@ -168,6 +171,11 @@ def markdown(summary: dict[str, Any]) -> str:
   lines += ["", f"δ = {summary['delta']:g}; ε is the largest over the workers (RDP accountant). "
             f"Data: {summary['data']}; model: {summary['model']['architecture']} "
             f"({summary['model']['parameters']} parameters).", ""]
+  if any(r["private"] for r in summary["rows"]):
+    lines += ["Not covered by ε: the training losses (train_loss here, in each run's "
+              "metrics/eval.csv and result.json, and in the figures) are measured on the "
+              "workers' own shards without noise; keep the private runs' as private as the "
+              "shards. Test accuracy is on the held-out set, which ε does not protect.", ""]
   lines.append("| m | run | vectors / worker / iteration | MB sent / worker |")
   lines.append("|---|---|---|---|")
   for r in summary["rows"]:

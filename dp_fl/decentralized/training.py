@@ -83,7 +83,8 @@ class Settings:
     model: "mlp" or "cnn".
     eval_every: iterations between evaluations (and points of the figures).
     eval_train_examples: each worker's training loss is measured on the first this many
-      examples of its shard (a diagnostic; 0: the whole shard).
+      examples of its shard (a diagnostic, un-noised: not covered by ε,
+      `accounting.NOT_COVERED`; 0: the whole shard).
     checkpoint_every: iterations between checkpoints.
   """
   algorithm: str
@@ -325,8 +326,9 @@ class Run:
                                   s.loss_noise_multiplier if releases else None)
 
   def measure(self, state: State, chunk: int = 2048) -> dict[str, Any]:
-    """Mean training loss of the workers on their own shards, test accuracy of every
-    worker's model (mean, min, max), communication so far and ε so far."""
+    """Mean training loss of the workers on their own shards (un-noised: not covered by ε,
+    `accounting.NOT_COVERED`), test accuracy of every worker's model (mean, min, max),
+    communication so far and ε so far."""
     s = self.settings
     weights = tf.constant(state.weights)
     limit = s.eval_train_examples or max(self.shards.shard_sizes)

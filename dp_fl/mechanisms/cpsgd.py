@@ -223,10 +223,25 @@ class Protocol:
 
 def clip_l2(vectors: np.ndarray, clip_norm: float) -> np.ndarray:
   """Each vector (the last axis) scaled to L2 norm <= `clip_norm` (cpSGD's client clipping,
-  DP-SGD's per-example clipping)."""
+  DP-SGD's per-example clipping), in the input's float dtype (float64 for others).
+
+  The bound holds in exact arithmetic for every input, not just up to rounding: the norms are
+  computed in float64 (relative error <= (d/2 + 2)u, u = 2⁻⁵³, for d coordinates) and every
+  vector whose computed norm exceeds clip_norm (1 − κ) is scaled to that, with
+  κ = (d + 8)·2u plus the output dtype's epsilon (float32: 2⁻²³), which covers the norm's, the
+  scaling's and the output's rounding. Vectors below clip_norm (1 − κ) are returned as they
+  are.
+  """
   clip_norm = _checks.check_positive("clip_norm", clip_norm)
-  norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-  return vectors * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
+  vectors = np.asarray(vectors)
+  dtype = vectors.dtype if np.issubdtype(vectors.dtype, np.floating) else np.dtype(np.float64)
+  wide = vectors.astype(np.float64)
+  dimension = wide.shape[-1] if wide.ndim else 1
+  margin = (dimension + 8) * np.finfo(np.float64).eps + (
+      np.finfo(dtype).eps if dtype != np.float64 else 0.0)
+  bound = clip_norm * (1.0 - margin)
+  norms = np.sqrt(np.sum(np.square(wide), axis=-1, keepdims=True))
+  return (wide * np.minimum(1.0, bound / np.maximum(norms, 1e-300))).astype(dtype, copy=False)
 
 
 def gaussian_mse(clip_norm: float, num_clients: int, dimension: int, epsilon: float,

@@ -47,6 +47,8 @@ AMPLIFICATION_FILE = "amplification.json"
 _RELEASED: dict[tuple, amplification.MonteCarloRelease] = {}
 # The (target ε, σ) of this process's last calibration, by the run's settings.
 _CALIBRATED: dict[tuple, tuple[float, float]] = {}
+# Cyclic Poisson's σ by (target ε, the analysis' settings) (a pure function of them).
+_CYCLIC_CALIBRATED: dict[tuple, float] = {}
 
 
 def _assumption_caveat(config: "config_lib.TrainingConfig") -> tuple[str, ...]:
@@ -212,6 +214,11 @@ class BallsInBins(Amplification):
     settings = self._settings(config, mechanism, num_clients)
     saved = self._saved(config)
     if saved is not None and saved[0][:4] == settings and saved[2] == float(target_epsilon):
+      # The runs that follow in this process reuse this very release (issue #39: a fresh
+      # Monte Carlo estimate of ε for them landed above the target).
+      _RELEASED.clear()
+      _RELEASED[saved[0]] = saved[1]
+      _CALIBRATED[settings] = (float(target_epsilon), saved[1].noise_multiplier)
       return saved[1].noise_multiplier
     key = self._key(config, mechanism, num_clients, "noise_multiplier", target_epsilon)
     release = _RELEASED.get(key)
@@ -230,8 +237,12 @@ class BallsInBins(Amplification):
   def _release_for_run(self, config, mechanism, num_clients
                        ) -> tuple[tuple, amplification.MonteCarloRelease, Optional[float]]:
     """(key, release, calibrated_for) for the run's σ: saved in the run directory (a resumed
-    run), else that of this process's calibration when it gave this σ, else computed for σ
-    (ε by Monte Carlo)."""
+    run), else that of this process's calibration when it gave this σ, else — σ at least
+    what this process calibrated for a target ε — that target verified at σ on a fresh
+    sample (Alg. 1), else computed for σ (ε by Monte Carlo). A calibrated run so reports
+    its target, never a re-estimate above it (issue #39); should the verification fail (⊥),
+    ε is estimated and the run's budget stop (`calibration.with_budget`) keeps the report
+    at most the target."""
     settings = self._settings(config, mechanism, num_clients)
     saved = self._saved(config)
     if saved is not None:
@@ -244,10 +255,19 @@ class BallsInBins(Amplification):
             "run's own settings, or start a new run in another --root_dir.")
       return key, release, calibrated_for
     target, sigma = _CALIBRATED.get(settings, (None, None))
-    calibrated_for = target if sigma == config.noise_multiplier else None
+    calibrated_for = (target if sigma is not None and sigma <= config.noise_multiplier
+                      else None)
     for key, release in _RELEASED.items():
       if (_jsonable(key)[:4] == settings and release.verified
           and release.noise_multiplier == config.noise_multiplier):
+        return key, release, calibrated_for
+    if calibrated_for is not None:
+      key = self._key(config, mechanism, num_clients, "verified", calibrated_for)
+      release = amplification.release_verified(
+          self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
+          epsilon=calibrated_for, delta=config.delta, seed=self._seed(config),
+          verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+      if release.verified:
         return key, release, calibrated_for
     key = self._key(config, mechanism, num_clients, "epsilon", config.noise_multiplier)
     release = amplification.release_epsilon(
@@ -354,8 +374,17 @@ class CyclicPoisson(Amplification):
                 num_groups=config.min_sep, rounds=config.rounds, delta=config.delta)
 
   def calibrate(self, config, mechanism, num_clients, target_epsilon):
-    return amplification.cyclic_poisson_noise_multiplier(
-        target_epsilon, accountant="pld", **self._args(config, mechanism, num_clients))
+    """σ whose report — the PLD of the run's accountant for the planned rounds — is at most
+    `target_epsilon` (the calibration's faster PLD grid can land a hair below the report's)."""
+    args = self._args(config, mechanism, num_clients)
+    key = (float(target_epsilon), tuple(sorted(args.items())))
+    if key not in _CYCLIC_CALIBRATED:  # Compare calibrates a row for each of its seeds.
+      sigma = amplification.cyclic_poisson_noise_multiplier(target_epsilon, accountant="pld",
+                                                            **args)
+      while amplification.cyclic_poisson_epsilon(sigma, **args).epsilon > target_epsilon:
+        sigma = amplification.round_up(sigma * (1.0 + 1e-4))
+      _CYCLIC_CALIBRATED[key] = sigma
+    return _CYCLIC_CALIBRATED[key]
 
   def accountant(self, config, mechanism, num_clients):
     args = self._args(config, mechanism, num_clients)
@@ -375,23 +404,29 @@ class CyclicPoisson(Amplification):
       return amplification.cyclic_poisson_epsilon(
           config.noise_multiplier, **dict(args, rounds=rounds)).epsilon
 
+    def compositions(rounds: int) -> int:  # ε depends on the rounds through ⌈n/G⌉ only.
+      return -(-rounds // config.min_sep)
+
     def rdp_epsilon_for(rounds: int) -> float:
       return amplification.cyclic_poisson_rdp_epsilon(
           config.noise_multiplier, **dict(args, rounds=rounds))
 
     return AmplifiedAccountant(
-        self.name, config, mechanism, _memo(epsilon_for, {config.rounds: planned.epsilon}),
-        details, method, assumption, progress_epsilon=_memo(rdp_epsilon_for))
+        self.name, config, mechanism,
+        _memo(epsilon_for, {config.rounds: planned.epsilon}, key=compositions),
+        details, method, assumption, progress_epsilon=_memo(rdp_epsilon_for, key=compositions))
 
 
-def _memo(fn, known: Optional[dict[int, float]] = None):
-  """`fn(rounds)` computed once per value (`known`: values already computed)."""
-  cache: dict[int, float] = dict(known or {})
+def _memo(fn, known: Optional[dict[int, float]] = None, key=lambda rounds: rounds):
+  """`fn(rounds)` computed once per `key(rounds)` (`known`: values already computed; `key`:
+  what the value depends on)."""
+  cache: dict[int, float] = {key(r): v for r, v in (known or {}).items()}
 
   def wrapped(rounds: int) -> float:
-    if rounds not in cache:
-      cache[rounds] = fn(rounds)
-    return cache[rounds]
+    k = key(rounds)
+    if k not in cache:
+      cache[k] = fn(rounds)
+    return cache[k]
   return wrapped
 
 

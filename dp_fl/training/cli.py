@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from dp_fl import exits
 from dp_fl import resources
+from dp_fl.training import calibration
 from dp_fl.training import config as config_lib
 from dp_fl.training import learners
 
@@ -196,8 +197,10 @@ def add_binary_arguments(parser: argparse.ArgumentParser, presets: Mapping[str, 
   """The flags every task binary has besides the training ones: preset, calibration, output."""
   parser.add_argument("--preset", choices=sorted(presets), default=default_preset)
   parser.add_argument("--calibrate_epsilon", type=float, default=None,
-                      help="set the noise multiplier so the planned schedule (rounds, min_sep, "
-                           "max_participations) reaches this ε at δ")
+                      help="set the noise multiplier so the participation the scheduler "
+                           "will realize (emulated; dp_fl/training/calibration.py) reaches "
+                           "this ε at δ; the run also stops before any round that would "
+                           "report more (as --target_epsilon)")
   parser.add_argument("--format", choices=("table", "json"), default="table")
   parser.add_argument("-v", "--verbosity", type=int, default=0,
                       help="0 quiet, 1 warnings, 2 info, 3 debug (TF/TFF logs)")
@@ -236,6 +239,16 @@ def epsilon_to_calibrate(args: argparse.Namespace,
   return presets[args.preset].calibrate_epsilon
 
 
+def check_flags_read(args: argparse.Namespace, runs: list[tuple[str, str]]) -> None:
+  """Refuses a flag the user gave that none of `runs` ((mechanism, participation)) reads —
+  e.g. --cpsgd_trials with --mechanism=blt, --timer_hours with --participation=poisson —
+  naming the flag, its value and the fix (issue #39: such flags were silently ignored)."""
+  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
+  problems = registry.ignored_flags(given(args), runs)
+  if problems:
+    raise ValueError(" ".join(problems))
+
+
 def _check_calibrate_epsilon(value: float) -> None:
   if not (value > 0 and value < float("inf")):
     raise ValueError(f"--calibrate_epsilon must be a finite ε > 0; got {value!r}. Pass the ε "
@@ -267,16 +280,20 @@ def _train(args: argparse.Namespace,
   if args.calibrate_epsilon is not None:
     _check_calibrate_epsilon(args.calibrate_epsilon)
   settings, config = settings_and_config(args)
+  check_flags_read(args, [(config.mechanism, config.participation)])
   target_epsilon = epsilon_to_calibrate(args, presets)
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
   if target_epsilon is not None and config.is_private:
+    num_clients = len(task.train_data.client_ids)
     config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
-        config, target_epsilon, len(task.train_data.client_ids), task))
-    print(f"noise multiplier {config.noise_multiplier:.6g} gives ε = "
-          f"{target_epsilon:g} at δ = {config.delta:g} for the planned schedule",
-          flush=True)
+        config, target_epsilon, num_clients, task))
+    for line in program.calibration_lines(config, target_epsilon, num_clients, task):
+      print(line, flush=True)
+    # The realized participation may still exceed the planned one: the run stops before
+    # any round that would report more than the ε asked for.
+    config = calibration.with_budget(config, target_epsilon)
   # A worker that crashes mid-run is replaced and the run resumes from its last checkpoint.
   result = runtime.run_with_fresh_workers(lambda: program.run(task, config),
                                           on_restart=lambda line: print(line, flush=True))
@@ -386,11 +403,13 @@ def _compare(args: argparse.Namespace,
     return settings_and_config(argparse.Namespace(**{**vars(args), "mechanism": mechanism}))[1]
 
   try:
+    runs = []
     for mechanism in mechanisms:  # Every configuration valid before any training.
       config = config_for(mechanism)
-      if config.is_private:
-        for participation in participations or ():
-          config.replace(participation=participation)
+      schemes = list(participations or [config.participation])
+      for participation in (schemes if config.is_private else schemes[:1]):
+        runs.append((mechanism, config.replace(participation=participation).participation))
+    check_flags_read(args, runs)  # A flag is kept if some compared run reads it.
     settings, _ = settings_and_config(args)
     task = make_task(settings)
     print(task.description, flush=True)

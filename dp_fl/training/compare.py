@@ -4,7 +4,9 @@ Paper 004 compares mechanisms after tuning each one's learning rates separately;
 them at one shared learning rate measures the rate, not the mechanism. `compare` does, for
 each mechanism (private ones and the non-private references `none` and `clip`):
 
-1. σ calibrated so the planned schedule reaches the target ε at δ (private mechanisms);
+1. σ calibrated so the planned schedule reaches the target ε at δ (private mechanisms): the
+   largest σ over the seeds the row runs (each seed's C and simulated population), and every
+   run stops before a round that would report more (`calibration.py`);
 2. a small grid of server learning rates (the mechanism's tuned rate × `lr_factors`),
    each trained once and scored on the task's **validation** data
    (`Task.validation_dataset_fn`, disjoint from the evaluation data); while the best rate
@@ -34,6 +36,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from dp_fl import files
 from dp_fl import runtime
+from dp_fl.training import calibration
 from dp_fl.training import config as config_lib
 from dp_fl.training import figures
 from dp_fl.training import program
@@ -105,11 +108,11 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
     first_dir = (os.path.join(out_dir, label, f"lr_{_grid_key(first_rate)}")
                  if validation is not None else
                  os.path.join(out_dir, label, f"seed_{base.seed + 1}_lr_{_grid_key(first_rate)}"))
-    if base.is_private:  # Calibrated in the first run's directory, where an amplified
-      # participation caches its Monte Carlo release: a rerun finds the same σ there.
-      base = base.replace(noise_multiplier=program.calibrate_noise_multiplier(
-          base.replace(root_dir=first_dir), target_epsilon, len(task.train_data.client_ids),
-          task))
+    if base.is_private:
+      seeds_run = ([base.seed] if validation is not None else []) + [
+          base.seed + 1 + s for s in range(seeds)]
+      base = calibration.with_budget(base.replace(noise_multiplier=_calibrate(
+          task, base, first_dir, target_epsilon, seeds_run)), target_epsilon)
     grid = []
     if validation is not None:
 
@@ -145,6 +148,19 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
   }
   write_outputs(output, out_dir)
   return output
+
+
+def _calibrate(task: task_lib.Task, base: config_lib.TrainingConfig, first_dir: str,
+               target_epsilon: float, seeds_run: Sequence[int]) -> float:
+  """The row's σ: the largest of those calibrated for each seed its runs use, so every run
+  reports at most the target (issue #39). The seed is the public seed of the run: it sets
+  the optimizer's random starts of C (BLT's C differs by seed) and the simulated
+  availability the participation is planned for. Calibrated in the first run's directory,
+  where an amplified participation caches its Monte Carlo release: a rerun finds the same
+  σ there."""
+  return max(program.calibrate_noise_multiplier(
+      base.replace(root_dir=first_dir, seed=seed), target_epsilon,
+      len(task.train_data.client_ids), task) for seed in dict.fromkeys(seeds_run))
 
 
 def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],

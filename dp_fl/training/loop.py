@@ -81,8 +81,9 @@ class TrainingLoop:
       evaluate: metrics of the current global model on held-out data.
       policies: the loop's decisions.
       learning_rate_at: the server learning rate of a 0-based round (written as a metric).
-      before_release: called with (round, cohort size) before a round is computed — for
-        mechanisms whose every computed round is a release (`privacy.record_release`).
+      before_release: called with (round, the scheduler's client indices) before a round is
+        computed — for mechanisms whose every computed round is a release
+        (`privacy.record_release`).
     """
     self.rounds = rounds
     self.rounds_done = rounds_done
@@ -133,13 +134,21 @@ class TrainingLoop:
     if not pending.client_ids and self.participation.scheduler.skips_empty_rounds:
       return self.skip_empty_round(pending, next_round)
     if self.policies.budget.active:
-      stop = self.policies.budget.check(next_round, self.accountant.epsilon(
-          self.participation.scheduler.realized_if(pending.selection)))
+      realized = self.participation.scheduler.realized_if(pending.selection)
+      stop = self.policies.budget.check(next_round, self.accountant.epsilon(realized),
+                                        participation=realized)
+      if stop is not None and self.accountant.report_accountant:
+        # The progress bound (e.g. RDP) is looser than the report's (PLD): the budget caps
+        # the ε the run reports, so the report's figure decides (a σ calibrated with PLD).
+        report = self.accountant.report(realized)
+        if report is not None:
+          stop = self.policies.budget.check(next_round, report.epsilon,
+                                            participation=realized)
       if stop is not None:
         self.participation.withdraw(pending)
         return stop
     if self.before_release is not None:
-      self.before_release(next_round, len(pending.client_ids))
+      self.before_release(next_round, pending.selection.client_ids)
     try:
       result, metrics = self.learner.next(pending.datasets)
     except BaseException:

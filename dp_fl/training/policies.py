@@ -64,13 +64,25 @@ class EpsilonBudget:
   def active(self) -> bool:
     return self.target_epsilon is not None
 
-  def check(self, next_round: int, epsilon_if_applied: float) -> Optional[Stop]:
-    """A stop if round `next_round` (1-based) would raise ε above the target, else None."""
+  def check(self, next_round: int, epsilon_if_applied: float,
+            participation: Any = None) -> Optional[Stop]:
+    """A stop if round `next_round` (1-based) would raise ε above the target, else None.
+
+    `participation`: the realized participation if the round were applied (its min-sep and
+    max participations, when it has them, say why in the message).
+    """
     if self.target_epsilon is None or epsilon_if_applied <= self.target_epsilon:
       return None
+    why = ""
+    k = getattr(participation, "max_participations", None)
+    if k is not None:
+      b = getattr(participation, "min_separation", None)
+      why = (f" (with it, some client would have taken part {k} time{'s' if k != 1 else ''}"
+             + ("" if b is None else f", twice only {b} round{'s' if b != 1 else ''} apart")
+             + ")")
     return Stop(TARGET_EPSILON,
                 f"stopped before round {next_round}: it would raise ε to "
-                f"{epsilon_if_applied:.4g} > target {self.target_epsilon:g}")
+                f"{epsilon_if_applied:.4g} > target {self.target_epsilon:g}{why}")
 
 
 class Verdict(enum.Enum):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import report as report_lib
@@ -172,14 +174,30 @@ class PoissonAccountant(Accountant):
 
 
 def distributed_scope(config: Any) -> Scope:
-  """`release_scope` for a mechanism whose noise the clients add and whose sum only secure
-  aggregation sees (cpSGD, paper 000): other secrets and another trust model."""
+  """`release_scope` for a mechanism whose noise the clients add and whose sum of updates only
+  secure aggregation sees (cpSGD, paper 000): other secrets, another trust model, and every
+  other quantity the server receives named (un-noised counts; with --workers, each worker's
+  partial sum, `worker_partials_scope`)."""
   scope, caveats = release_scope(config, sampled=False)
   replaced = {
       "covered": (
-          "What the server sees each round — the secure sum of the clients' integer messages "
-          "(their rotated, quantized updates plus their noise shares) — hence every global "
-          "model, the checkpoints' models and everything computed from them alone."),
+          "The secure sum of the clients' integer messages each round (their rotated, "
+          "quantized updates plus their noise shares) — the only quantity the server receives "
+          "that is computed from the clients' updates, and the only noised one — hence every "
+          "global model, the checkpoints' models and everything computed from them alone. It "
+          "is not all the server receives: the entries marked NOT covered name the rest."),
+      "released: per-round training metrics — NOT covered": (
+          "With every round's secure sum the server receives, un-noised and as plain sums "
+          "(not secure ones): the cohort size (clients), how many updates were clipped to D "
+          "(clipped_count), zeroed for a norm above the zeroing norm (zeroed_count) or for "
+          "non-finite entries (nonfinite_count), how many rotated coordinates were clipped to "
+          "±X_max (secure_sum/coordinates_clipped), and the clients' training metrics (loss, "
+          "accuracy, example and batch counts); metrics/train.csv and the tensorboard train/ "
+          "scalars hold them. They are computed from the clients' data without noise, so the "
+          "guarantee does not cover them, against the server either: keep them as private as "
+          "the data; do not publish them. The secure sum's bounds are checked without "
+          "releasing any client's values (one bit per round: whether some value exceeded its "
+          "bound, false in a correct run)."),
       "secrets": (
           "Each client's quantization dither and noise share come from that client's own OS "
           "entropy and are never stored; the rotation seed is public randomness (paper 000, "
@@ -195,45 +213,63 @@ def distributed_scope(config: Any) -> Scope:
           "computed and not applied, draws fresh shares and is charged as a further "
           "participation of every client of it."),
   }
-  return tuple((k, replaced.get(k, v)) for k, v in scope), caveats
+  scope = tuple((k, replaced.get(k, v)) for k, v in scope)
+  if config.workers is not None:
+    scope += (worker_partials_scope(config),)
+    caveats += (
+        f"--workers={config.workers}: the training process receives each worker's sum of its "
+        "clients' integer messages, which carries only those clients' noise shares; the ε "
+        "holds for the cohort's sum, i.e. against a server that sees the partials only "
+        "combined (see 'released to this process by each worker').",)
+  return scope, caveats
+
+
+def worker_partials_scope(config: Any) -> tuple[str, str]:
+  """The scope entry of what each remote worker returns to the training process under a
+  distributed-DP mechanism (`dp_fl/remote_workers.py`)."""
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  least = remote_workers.MIN_CLIENTS_PER_SECURE_PARTIAL
+  return (
+      "released to this process by each worker — NOT covered",
+      f"With --workers={config.workers} each round's cohort of c clients is split in "
+      f"contiguous chunks, one per worker, of at least {least} clients each (fewer workers "
+      f"are used when c < {least} × workers, and a cohort of one goes to one worker). Each "
+      "worker returns to the training process the sum over its chunk of the clients' integer "
+      "messages, the sums of their un-noised counts and training metrics, and one bit "
+      "(whether some client's secure-sum input exceeded its bound); the values' maxima are "
+      "not sent. A worker's sum carries only its chunk's noise shares (c_w of the c): the ε "
+      "of this report is for the whole cohort's sum and treats the training process as the "
+      "secure aggregator, which combines the partials and stores, logs and publishes none "
+      "of them. Against anyone who reads a partial — the training process's memory, the "
+      "network to the workers (plaintext unless --worker_tls_ca_cert), a worker — a "
+      "client's guarantee is that of the Binomial mechanism over its chunk of c_w clients "
+      "alone, far weaker than the ε stated; the workers also run the clients and so see "
+      "each client's data and message (docs/DISTRIBUTED.md).")
 
 
 class BinomialAccountant(Accountant):
-  """cpSGD (paper 000): Thm. 1 per round at the smallest cohort, composed over each client's
-  realized participations plus every computed round the ledger does not count (the release
-  log, `releases_beyond_ledger`)."""
+  """cpSGD (paper 000): the Binomial mechanism's Rényi curve per round at the smallest cohort
+  (`dp_fl.accounting.cpsgd`), composed over each client's realized participations plus every
+  computation the ledger does not count, client by client from the release log
+  (`ReleaseLog`)."""
 
   def __init__(self, protocol: Any, dimension: int, secure_sum_bits: int,
                noise_multiplier: float, delta: float, root_dir: str,
-               enforced_separation: int = 1, scope: Scope = ((), ())):
+               scope: Scope = ((), ())):
     """Args: protocol (`dp_fl.mechanisms.cpsgd.Protocol`), dimension d' the rotation acts on,
     secure_sum_bits b, noise_multiplier (Gaussian-equivalent, for the report), delta,
-    root_dir (its release log), enforced_separation (rounds the scheduler keeps between two
-    participations of a client; 1 when it keeps none), scope."""
+    root_dir (its release log), scope."""
     self._protocol = protocol
     self._dimension = dimension
     self._bits = secure_sum_bits
     self._sigma = noise_multiplier
     self._delta = delta
-    self._root_dir = root_dir
-    self._separation = max(1, int(enforced_separation))
+    self._log = ReleaseLog(root_dir)
     self._scope, self._caveats = scope
-    self._unlogged_cache: tuple[Any, tuple[int, Optional[int]]] = (None, (0, None))
 
   def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
-    """(participations per client the ledger does not count, their smallest cohort): a client
-    is in at most one of the extra releases of a round, and in rounds at least the enforced
-    separation apart. The log is read again only when it or the ledger changed (this runs
-    every round)."""
-    path = os.path.join(self._root_dir, RELEASE_LOG)
-    key = (os.path.getsize(path) if os.path.exists(path) else 0, realized.num_rounds)
-    if key != self._unlogged_cache[0]:
-      extra, smallest = releases_beyond_ledger(self._root_dir, realized.num_rounds)
-      span = max(extra) - min(extra) + 1 if extra else 0
-      value = ((max(extra.values()) * -(-span // self._separation), smallest) if extra
-               else (0, None))
-      self._unlogged_cache = (key, value)
-    return self._unlogged_cache[1]
+    """(participations per client the ledger does not count, their smallest cohort)."""
+    return self._log.beyond_ledger(realized.num_rounds)
 
   def guarantee(self, realized: ledger_lib.RealizedParticipation):
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
@@ -251,18 +287,17 @@ class BinomialAccountant(Accountant):
     g = self.guarantee(realized)
     p = self._protocol
     notes = ()
-    if g.round_guarantee is None:
-      notes = ("Thm. 1's condition N·p·(1−p) >= max(23 log(10d/δ₀), 2Δ∞) fails for this "
-               "cohort and m: no finite ε is claimed. Use more trials (--cpsgd_trials, or a "
-               "larger --noise_multiplier) or larger cohorts.",)
+    if not math.isfinite(g.epsilon):
+      notes = ("No finite ε for this cohort and m (too few Binomial trials per coordinate "
+               "for the largest shift Eq. 10 allows): no privacy is claimed. Use more trials "
+               "(--cpsgd_trials, or a larger --noise_multiplier) or larger cohorts.",)
     return report_lib.BinomialPrivacyReport(
         mechanism="cpsgd", num_levels=p.num_levels, num_trials=p.num_trials, p=p.p,
         x_max=p.x_max, clip_norm=p.clip_norm, dimension=self._dimension, cohort=g.cohort,
         participations=g.participations,
         replayed_participations=self._unlogged(realized)[0],
         rounds=realized.num_rounds, epsilon=g.epsilon, delta=self._delta,
-        round_epsilon=(g.round_guarantee.epsilon if g.round_guarantee else math.inf),
-        round_delta=g.round_delta, composition=g.composition,
+        round_epsilon=g.round_epsilon, round_delta=self._delta, composition=g.composition,
         bits_per_coordinate=g.bits_per_coordinate, secure_sum_bits=self._bits,
         noise_multiplier=self._sigma, notes=notes, scope=self._scope,
         caveats=self._caveats)
@@ -279,37 +314,80 @@ secure sum, and a re-computed round draws fresh shares): one line per round comp
 and synced before the round runs — across crashes, resumes and restarts of the run directory."""
 
 
-def record_release(root_dir: str, round_number: int, cohort: int) -> None:
-  """Logs (and syncs) that round `round_number` is about to be computed with `cohort` clients."""
+def record_release(root_dir: str, round_number: int, client_ids: Sequence[int]) -> None:
+  """Logs (and syncs) that round `round_number` is about to be computed with `client_ids`.
+
+  The ids are the scheduler's client indices: the log is as secret as the checkpoints, whose
+  ledger holds the same participation.
+  """
+  ids = [int(c) for c in client_ids]
   with open(os.path.join(root_dir, RELEASE_LOG), "a", encoding="utf-8") as f:
-    f.write(json.dumps({"round": int(round_number), "cohort": int(cohort)}) + "\n")
+    f.write(json.dumps({"round": int(round_number), "cohort": len(ids), "clients": ids})
+            + "\n")
     f.flush()
     os.fsync(f.fileno())
 
 
-def releases_beyond_ledger(root_dir: str, rounds_applied: int
-                           ) -> tuple[dict[int, int], Optional[int]]:
-  """({round: releases the ledger does not count}, smallest cohort of those releases).
+class ReleaseLog:
+  """The computations in a run directory's release log, read incrementally.
 
-  Round r was computed `count_r` times (the log); the ledger counts it once if r <=
-  `rounds_applied`. Every other computation of it — before a crash, a round that was not
-  applied, a fresh start over a run that crashed before its first checkpoint — was seen by the
-  server all the same.
+  Which computation of an applied round r is the applied one: the last logged. A round is
+  applied only by the run that computed it last — after a crash the next run resumes from the
+  latest checkpoint (or starts afresh without one) and computes every later round again,
+  logging after the earlier runs. Every other computation was seen by the server all the
+  same: its clients are charged one participation each, client by client. A line without
+  client ids (written before they were logged) is charged to every client.
   """
-  path = os.path.join(root_dir, RELEASE_LOG)
-  if not os.path.exists(path):
-    return {}, None
-  counts: dict[int, int] = {}
-  smallest_cohort: dict[int, int] = {}  # Of each round's non-empty computations.
-  with open(path, encoding="utf-8") as f:
-    for line in f:
+
+  def __init__(self, root_dir: str):
+    self._path = os.path.join(root_dir, RELEASE_LOG)
+    self._reset()
+
+  def _reset(self) -> None:
+    self._offset = 0
+    self._computations: dict[int, list[Optional[np.ndarray]]] = {}  # round -> cohorts
+    self._cohorts: dict[int, list[int]] = {}
+
+  def _read(self) -> None:
+    if not os.path.exists(self._path):
+      self._reset()
+      return
+    size = os.path.getsize(self._path)
+    if size < self._offset:  # Replaced or truncated: read it again.
+      self._reset()
+    if size == self._offset:
+      return
+    with open(self._path, "rb") as f:
+      f.seek(self._offset)
+      data = f.read()
+    end = data.rfind(b"\n") + 1  # A line still being written is read next time.
+    for line in data[:end].decode("utf-8").splitlines():
       if line.strip():
         event = json.loads(line)
-        r, cohort = event["round"], event["cohort"]
-        counts[r] = counts.get(r, 0) + 1
-        if cohort > 0:
-          smallest_cohort[r] = min(smallest_cohort.get(r, cohort), cohort)
-  extra = {r: count - (r <= rounds_applied) for r, count in counts.items()
-           if count - (r <= rounds_applied) > 0}
-  cohorts = [smallest_cohort[r] for r in extra if r in smallest_cohort]
-  return extra, (min(cohorts) if cohorts else None)
+        ids = event.get("clients")
+        r = int(event["round"])
+        self._computations.setdefault(r, []).append(
+            None if ids is None else np.asarray(ids, dtype=np.int64))
+        self._cohorts.setdefault(r, []).append(int(event["cohort"]))
+    self._offset += end
+
+  def beyond_ledger(self, rounds_applied: int) -> tuple[int, Optional[int]]:
+    """(the most computations any client took part in beyond the ledger's count, the
+    smallest cohort of those computations)."""
+    self._read()
+    per_client: dict[int, int] = {}
+    everyone = 0  # Computations whose clients are unknown.
+    smallest = None
+    for r, cohorts in self._computations.items():
+      extra = cohorts[:-1] if r <= rounds_applied else cohorts
+      sizes = self._cohorts[r][:-1] if r <= rounds_applied else self._cohorts[r]
+      for ids in extra:
+        if ids is None:
+          everyone += 1
+        else:
+          for c in ids.tolist():
+            per_client[c] = per_client.get(c, 0) + 1
+      nonempty = [n for n in sizes if n > 0]
+      if nonempty:
+        smallest = min(nonempty + ([smallest] if smallest else []))
+    return (max(per_client.values(), default=0) + everyone, smallest)

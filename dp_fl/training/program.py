@@ -447,7 +447,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
           policies=_policies(task, config, rounds_done, max_rounds_this_call),
           learning_rate_at=config.server_learning_rate_at,
           before_release=(
-              (lambda r, n: privacy_lib.record_release(config.root_dir, r, n))
+              (lambda r, ids: privacy_lib.record_release(config.root_dir, r, ids))
               if entry.client_randomness else None)).run()
     finally:
       learner.close()
@@ -532,6 +532,28 @@ def calibrate_noise_multiplier(config: config_lib.TrainingConfig,
   dimension = model_dimension(task) if entry.needs_model_dimension and task else None
   return entry.calibrate(config, target_epsilon, num_clients,
                          **_dimension_kwargs(entry, dimension))
+
+
+def calibration_lines(config: config_lib.TrainingConfig, target_epsilon: float,
+                      num_clients: Optional[int] = None,
+                      task: Optional[task_lib.Task] = None) -> list[str]:
+  """What a binary prints after `calibrate_noise_multiplier` (σ now in `config`): the ε the
+  planned schedule reaches — the target, or less where a setting other than σ fixes the
+  noise — the participation it was planned for, and the budget stop it implies."""
+  entry = registry.mechanism(config.mechanism)
+  dimension = model_dimension(task) if entry.needs_model_dimension and task else None
+  epsilon, why = entry.planned_epsilon(config, target_epsilon, num_clients,
+                                       **_dimension_kwargs(entry, dimension))
+  lines = [f"noise multiplier {config.noise_multiplier:.6g} gives ε = {epsilon:.4g} at "
+           f"δ = {config.delta:g} for the planned schedule"
+           + (f" (below the target {target_epsilon:g}: {why})" if why else "")]
+  planned = entry.calibrated_participation(config, num_clients)
+  if planned is not None:
+    lines.append(f"  planned for the participation --participation={config.participation} "
+                 f"realizes: {planned.describe()}")
+  lines.append(f"  --calibrate_epsilon={target_epsilon:g} also stops the run before any round "
+               f"that would take its reported ε above {target_epsilon:g} (as --target_epsilon)")
+  return lines
 
 
 def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,

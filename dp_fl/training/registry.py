@@ -21,9 +21,11 @@ Imports of TensorFlow / TFF happen inside the methods that need them, so the con
 from __future__ import annotations
 
 import abc
+import dataclasses
+import functools
 import math
 import os
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 
 from dp_fl.mechanisms import banded_inverse
@@ -35,6 +37,7 @@ from dp_fl.participation import base as participation_base
 from dp_fl.participation import device_timer
 from dp_fl.participation import sampling
 from dp_fl.training import amplified
+from dp_fl.training import calibration
 from dp_fl.training import privacy as privacy_lib
 
 if TYPE_CHECKING:
@@ -63,6 +66,9 @@ class MechanismEntry(abc.ABC):
   # reproducible, and a re-run round is a fresh release.
   client_randomness: bool = False
   refused_participations: tuple[str, ...] = ()  # Variable-cohort schemes it cannot account.
+  # Config fields that only some mechanisms read, of which this one reads these: a flag of
+  # another mechanism's given for this one is refused, not ignored (`ignored_flags`).
+  settings: tuple[str, ...] = ()
 
   def check_config(self, config: "config_lib.TrainingConfig") -> None:
     """Raises ValueError for settings this mechanism cannot run or account for."""
@@ -104,6 +110,21 @@ class MechanismEntry(abc.ABC):
     raise ValueError(f"`--calibrate_epsilon` needs a private mechanism; --mechanism={self.name} "
                      "has no noise to calibrate.")
 
+  def planned_epsilon(self, config: "config_lib.TrainingConfig", target_epsilon: float,
+                      num_clients: Optional[int] = None) -> tuple[float, str]:
+    """(ε, why) the planned schedule reaches with `config`'s calibrated noise: the target,
+    unless a setting other than σ fixes the noise (then what it gives, <= the target, and
+    `why` names that setting)."""
+    del config, num_clients
+    return target_epsilon, ""
+
+  def calibrated_participation(self, config: "config_lib.TrainingConfig",
+                               num_clients: Optional[int]
+                               ) -> Optional[calibration.PlannedParticipation]:
+    """The participation `calibrate` plans for, where its σ depends on one (None: not)."""
+    del config, num_clients
+    return None
+
 
 # The last mechanism optimized in this process, by its build settings: `--calibrate_epsilon`
 # optimizes C before the run starts (and writes nothing); the run then uses that very C.
@@ -116,10 +137,14 @@ class DpFtrlEntry(MechanismEntry):
 
   refused_participations = ("poisson",)  # Its amplification is cyclic_poisson's (G = 1).
 
-  def __init__(self, name: str, description: str, banded: bool = False):
+  def __init__(self, name: str, description: str, banded: bool = False,
+               settings: tuple[str, ...] = ()):
     self.name = name
     self.description = description
     self.banded = banded  # C is banded (cyclic Poisson's analysis applies).
+    # Every DP-FTRL C can be loaded from a file and is built for (n, b, k); `settings` adds
+    # the family's own knobs (BLT's buffers, the banded families' bands).
+    self.settings = ("mechanism_params", "max_participations") + tuple(settings)
 
   def check_config(self, config):
     super().check_config(config)
@@ -168,11 +193,20 @@ class DpFtrlEntry(MechanismEntry):
         mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
         config.delta, scope=privacy_lib.release_scope(config, sampled=False))
 
+  def calibrated_participation(self, config, num_clients):
+    if config.participation in amplified.AMPLIFICATIONS:
+      return None  # The amplified analyses plan for the scheme's own schedule.
+    planned = planned_participation(config, num_clients)
+    return dataclasses.replace(planned, min_cohort=None)  # DP-FTRL's sens ignores it.
+
   def calibrate(self, config, target_epsilon, num_clients=None):
-    """σ = sens / √(2ρ*) with sens the mechanism's sensitivity for (rounds, min_sep,
-    max_participations) (paper 004, Sec. 3.1) — exact, or a valid upper bound where only a
-    lower bound is known (never the lower bound). Under an amplifying participation, the
-    amplified σ for the task's population `num_clients` (`amplified.py`)."""
+    """σ = sens / √(2ρ*) with sens the mechanism's sensitivity (paper 004, Sec. 3.1) —
+    exact, or a valid upper bound where only a lower bound is known (never the lower bound)
+    — for the participation the run's scheduler realizes (`calibration.py`: emulated, worst
+    trial, with a margin; not the configured min_sep / max_participations, which only say
+    what C is optimized for). The σ returned gives the report's ε <= `target_epsilon` at
+    that participation. Under an amplifying participation, the amplified σ for the task's
+    population `num_clients` (`amplified.py`)."""
     from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
     mechanism = self.load_or_build(config)
     amplification = amplified.AMPLIFICATIONS.get(config.participation)
@@ -182,9 +216,14 @@ class DpFtrlEntry(MechanismEntry):
                          "the task's population (its analysis depends on it).")
       amplification.check(config, mechanism, num_clients)
       return amplification.calibrate(config, mechanism, num_clients, target_epsilon)
-    k = config.max_participations  # None: as many as fit; sensitivity() caps k at ⌈n/b⌉.
-    sens = mechanism.sensitivity(config.rounds, config.min_sep, k)
-    return zcdp.noise_multiplier_for_epsilon(sens.guaranteed, target_epsilon, config.delta)
+    planned = planned_participation(config, num_clients)
+    sens = mechanism.sensitivity(config.rounds, planned.min_sep,
+                                 planned.max_participations).guaranteed
+    sigma = zcdp.noise_multiplier_for_epsilon(sens, target_epsilon, config.delta)
+    # The report computes ε from σ again: never a rounding above the target.
+    while zcdp.matrix_mechanism_guarantee(sens, sigma, config.delta).epsilon > target_epsilon:
+      sigma = math.nextafter(sigma, math.inf)
+    return sigma
 
 
 class DpFedAvgEntry(MechanismEntry):
@@ -234,9 +273,8 @@ class DpFedAvgEntry(MechanismEntry):
     else:
       raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q), or the "
                        "task's population, to know the sampling rate.")
-    return dpfedavg.noise_multiplier_for_epsilon(
-        population, config.clients_per_round, config.rounds, target_epsilon, config.delta,
-        method=dpfedavg.RDP)
+    return _cached(dpfedavg.noise_multiplier_for_epsilon, population, config.clients_per_round,
+                   config.rounds, target_epsilon, config.delta, method=dpfedavg.RDP)
 
 
 class NoNoiseEntry(MechanismEntry):
@@ -283,8 +321,32 @@ class CpSgdEntry(MechanismEntry):
   needs_model_dimension = True
   client_randomness = True
   refused_participations = ("poisson", "cyclic_poisson", "balls_in_bins")
+  settings = ("cpsgd_levels", "cpsgd_trials", "cpsgd_p", "cpsgd_x_max")
+
+  @staticmethod
+  def check_workers(config) -> None:
+    """With --workers, each worker returns to this process the sum of its clients' messages
+    (`dp_fl/remote_workers.py`): refuses a cohort that would leave a worker too few clients."""
+    if config.workers is None:
+      return
+    from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+    from dp_fl import runtime as runtime_lib  # pylint: disable=g-import-not-at-top
+    count = len(runtime_lib.parse_workers(config.workers))
+    least = remote_workers.MIN_CLIENTS_PER_SECURE_PARTIAL
+    if config.clients_per_round < least * count:
+      raise ValueError(
+          f"--mechanism=cpsgd with --workers={config.workers} ({count} workers) and "
+          f"--clients_per_round={config.clients_per_round}: each worker returns to this "
+          "process the sum of its clients' integer messages, which carries only their noise "
+          f"shares, so a worker needs at least {least} clients of a round (over one client "
+          f"the sum is that client's message). Use at most "
+          f"{max(1, config.clients_per_round // least)} workers, or --clients_per_round >= "
+          f"{least * count}.")
 
   def check_config(self, config):
+    from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+    self.check_workers(config)
+    cpsgd_accounting.check_symmetric(config.cpsgd_p)
     if config.participation in self.refused_participations:
       raise ValueError(
           f"--mechanism=cpsgd is accounted without amplification by sampling (paper 000 "
@@ -337,57 +399,83 @@ class CpSgdEntry(MechanismEntry):
         cpsgd.secure_sum_bits(config.clients_per_round, protocol.num_levels,
                               protocol.num_trials),
         self.noise_multiplier(config, protocol), config.delta, config.root_dir,
-        enforced_separation=self.enforced_separation(config),
         scope=privacy_lib.distributed_scope(config))
-
-  @staticmethod
-  def enforced_separation(config) -> int:
-    """Rounds the scheduler keeps between two participations of a client (1: none)."""
-    if config.participation == "device_timer":
-      return max(1, math.floor(config.timer_hours / config.round_hours + 1e-9))
-    if config.participation == "min_sep_rounds":
-      return config.min_sep
-    return 1
 
   @staticmethod
   def noise_multiplier(config, protocol) -> float:
     """σ of the Gaussian with the same noise std in the sum: w √(n m p(1−p)) / ζ."""
     return protocol.noise_std_of_sum(config.clients_per_round) / config.clip_norm
 
-  def planned_participations(self, config) -> int:
-    """k of the planned schedule: --max_participations, else ⌈rounds / min_sep⌉."""
-    k = -(-config.rounds // config.min_sep)
-    return min(k, config.max_participations) if config.max_participations else k
+  def planned(self, config, num_clients=None) -> tuple[int, int]:
+    """(k, smallest cohort) of the participation the run's scheduler realizes
+    (`calibration.py`: emulated, worst trial, with a margin; full cohorts of
+    `clients_per_round` where the population is not known)."""
+    planned = planned_participation(config, num_clients)
+    cohort = planned.min_cohort or config.clients_per_round
+    return planned.max_participations, min(cohort, config.clients_per_round)
+
+  def _epsilon_of_trials(self, config, trials, num_clients, model_dimension) -> float:
+    """ε of m = `trials` for the planned participation (k, smallest cohort)."""
+    from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
+    base = self.protocol(config, model_dimension, num_trials=1)
+    k, cohort = self.planned(config, num_clients)
+    return _composed_epsilon(base.num_levels, int(trials), base.p, base.x_max, base.clip_norm,
+                             cpsgd.padded_dimension(model_dimension), cohort, k, config.delta)
+
+  def planned_epsilon(self, config, target_epsilon, num_clients=None, model_dimension=None):
+    """With `--cpsgd_trials` the noise is m's, not the target's: the ε m gives for the
+    planned participation (what the report will say if the run realizes it)."""
+    if config.cpsgd_trials is None:
+      return target_epsilon, ""
+    return (self._epsilon_of_trials(config, config.cpsgd_trials, num_clients, model_dimension),
+            f"--cpsgd_trials={config.cpsgd_trials} sets the noise, not the target")
+
+  def calibrated_participation(self, config, num_clients):
+    return planned_participation(config, num_clients)
 
   def calibrate(self, config, target_epsilon, num_clients=None, model_dimension=None):
-    """σ (Gaussian-equivalent) of the smallest m whose ε for the planned schedule — k
-    participations, full cohorts of `clients_per_round` — is <= `target_epsilon`; with
-    `--cpsgd_trials` given, checks that its m reaches the target."""
+    """σ (Gaussian-equivalent) of the smallest m whose ε for the participation the run's
+    scheduler realizes — k participations, the smallest cohort (`planned`) — is <=
+    `target_epsilon`; with `--cpsgd_trials` given, checks that its m reaches the target."""
     from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
     from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
-    del num_clients
     base = self.protocol(config, model_dimension, num_trials=1)
     dimension = cpsgd.padded_dimension(model_dimension)
-    k = self.planned_participations(config)
-    args = (base.num_levels, base.p, base.x_max, base.clip_norm, dimension,
-            config.clients_per_round, k)
+    k, cohort = self.planned(config, num_clients)
+    args = (base.num_levels, base.p, base.x_max, base.clip_norm, dimension, cohort, k)
     if config.cpsgd_trials is not None:
-      reached = cpsgd_accounting.composed_epsilon(
-          base.num_levels, config.cpsgd_trials, *args[1:], config.delta).epsilon
+      reached = self._epsilon_of_trials(config, config.cpsgd_trials, num_clients,
+                                        model_dimension)
       if reached > target_epsilon:
         raise ValueError(
             f"--cpsgd_trials={config.cpsgd_trials} gives ε = {reached:.4g} > the target "
-            f"{target_epsilon:g} for the planned schedule (k = {k}); drop --cpsgd_trials to "
-            "calibrate m, or raise it.")
+            f"{target_epsilon:g} for the planned schedule (k = {k}, cohorts of at least "
+            f"{cohort}); drop --cpsgd_trials to calibrate m, or raise it.")
       trials = config.cpsgd_trials
     else:
-      trials = cpsgd_accounting.trials_for_epsilon(*args, target_epsilon, config.delta)
+      trials = _cached(cpsgd_accounting.trials_for_epsilon, *args, target_epsilon,
+                       config.delta)
     sigma = self.noise_multiplier(config, self.protocol(config, model_dimension, trials))
     # σ² ζ² / per-trial must give back at least m through `protocol`'s ceil (float rounding).
     while self.protocol(config.replace(noise_multiplier=sigma, cpsgd_trials=None),
                         model_dimension).num_trials < trials:
       sigma = math.nextafter(sigma, math.inf)
     return sigma
+
+
+@functools.lru_cache(maxsize=8)
+def _composed_epsilon(*args) -> float:
+  """cpSGD's composed ε (`accounting.cpsgd.composed_epsilon`), once per settings in this
+  process: calibration checks a given m, then the plan printed states what it gives."""
+  from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+  return cpsgd_accounting.composed_epsilon(*args).epsilon
+
+
+@functools.lru_cache(maxsize=32)
+def _cached(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+  """`fn(*args, **kwargs)` of a pure calibration routine, once per arguments in this process
+  (compare calibrates a row for each seed it runs; most analyses do not depend on it)."""
+  return fn(*args, **kwargs)
 
 
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:
@@ -399,17 +487,18 @@ def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> fl
 
 
 MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
-    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)"),
-    DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True),
+    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", settings=("blt_buffers",)),
+    DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True,
+                settings=("bands",)),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
     DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description),
     DpFtrlEntry(bsr.NAME, "BSR DP-FTRL, the p-banded square root of A (Kalinin and Lampert "
-                "2024)", banded=True),
+                "2024)", banded=True, settings=("bands",)),
     DpFtrlEntry(banded_inverse.BISR, "BISR DP-FTRL, C⁻¹ the p-banded inverse square root of A "
-                "(Kalinin et al. 2025)"),
+                "(Kalinin et al. 2025)", settings=("bands",)),
     DpFtrlEntry(banded_inverse.BANDINVMF, "BandInvMF DP-FTRL, banded C⁻¹ optimized for RmsLoss "
-                "under (n, b, k) (Kalinin et al. 2025)"),
+                "under (n, b, k) (Kalinin et al. 2025)", settings=("bands",)),
     DpFedAvgEntry(),
     CpSgdEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
@@ -430,6 +519,30 @@ def non_private_names() -> tuple[str, ...]:
   return tuple(name for name, entry in MECHANISMS.items() if not entry.private)
 
 
+def ignored_flags(given: Mapping[str, Any], runs: Sequence[tuple[str, str]]) -> list[str]:
+  """Why each flag in `given` (field -> value, what the user passed) would be ignored by
+  every one of `runs` ((mechanism, participation) pairs): a setting that only some
+  mechanisms (`MechanismEntry.settings`) or participations (`PARTICIPATION_SETTINGS`) read,
+  none of which is run. Empty when every given flag is read by some run."""
+  out = []
+  for field, value in given.items():
+    readers = [name for name, e in MECHANISMS.items() if field in e.settings]
+    used = [m for m, _ in runs if m in readers]
+    kind = "mechanism"
+    if not readers:
+      readers = list(PARTICIPATION_SETTINGS.get(field, ()))
+      used = [p for _, p in runs if p in readers]
+      kind = "participation"
+    if not readers or used:
+      continue
+    ran = sorted({m if kind == "mechanism" else p for m, p in runs})
+    out.append(
+        f"--{field}={value!r} is read only by --{kind}={' or '.join(readers)}; "
+        f"--{kind}={' and '.join(ran)} would ignore it. Drop --{field}, or pass "
+        f"--{kind}={readers[0]}.")
+  return out
+
+
 # ---------------------------------------------------------------------------------------
 # Participation.
 
@@ -446,6 +559,14 @@ def _device_timer(config, num_clients, seed, by_hours: bool):
       num_clients, config.clients_per_round, config.rounds, seed, availability=availability,
       round_duration_hours=config.round_hours, **timer)
 
+
+PARTICIPATION_SETTINGS: dict[str, tuple[str, ...]] = {
+    "timer_hours": ("device_timer",),
+    "round_hours": ("device_timer", "min_sep_rounds"),
+    "availability": ("device_timer", "min_sep_rounds"),
+    "population_sampling_rate": ("poisson",),
+}
+"""Config fields only some participations' schedulers read, and which (`ignored_flags`)."""
 
 AVAILABILITIES = availability_lib.SIMULATED
 """`--availability`: how the device-timer emulation simulates device availability."""
@@ -464,6 +585,20 @@ PARTICIPATIONS: dict[str, SchedulerBuilder] = {
 }
 """`--participation`: the builder of the scheduler that picks each round's clients."""
 
+
+
+ROUND_SEPARATED = ("min_sep_rounds",)
+"""Participations whose rule keeps `--min_sep` rows of C between two participations of a
+client, whatever the population."""
+
+
+def planned_participation(config: "config_lib.TrainingConfig", num_clients: Optional[int]
+                          ) -> calibration.PlannedParticipation:
+  """The participation `--calibrate_epsilon` plans for: the run's scheduler emulated
+  (`calibration.py`), or its rule alone where the population is not known."""
+  return calibration.planned_participation(
+      config, num_clients, scheduler,
+      rule_min_sep=config.min_sep if config.participation in ROUND_SEPARATED else None)
 
 
 def scheduler(config: "config_lib.TrainingConfig", num_clients: int,

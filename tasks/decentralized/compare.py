@@ -12,9 +12,12 @@ loss_vs_iterations.png and loss_vs_vectors.png (Figure 2 (a) and (b)).
 **Privacy.** Each worker's examples are protected (add/remove one example of its shard);
 released are the models it transmits, its final model and LEASGD's noisy loss reports. ε is
 every worker's by the RDP accountant (Poisson rate L/|shard|, T iterations, σ; loss reports
-as a joint Gaussian) — the table shows the largest. The test set is not protected. The noise
-and sampling key comes from OS entropy unless --reproducible_noise_seed is given (then anyone
-knowing the seed can remove the noise: research runs only).
+as a joint Gaussian) — the table shows the largest. NOT covered: the training losses
+(`train_loss` in eval.csv, result.json, comparison.json/.md and the figures) are measured on
+the workers' own shards without noise; keep the private runs' as private as the shards
+(`accounting.NOT_COVERED`, in every private result.json). The test set is not protected. The
+noise and sampling key comes from OS entropy unless --reproducible_noise_seed is given (then
+anyone knowing the seed can remove the noise: research runs only).
 
   ./bazelw run //tasks/decentralized:compare -- --out_dir /tmp/decentralized
   .venv/bin/python -m tasks.decentralized.compare --num_workers 5 --iterations 200 \

@@ -17,9 +17,9 @@ step (with momentum) on the mean estimate of its mechanism:
 | cpsgd     | `dp_fl.mechanisms.cpsgd.Protocol`: each client clips, rotates by HA/√d' (fresh      |
 |           | public signs each round), quantizes to k levels within ±X_max (Thm. 4's X_max) and   |
 |           | adds its Bin(m, p) share; the server decodes the modular sum. m is the smallest for  |
-|           | (ε, δ) over E participations (`dp_fl.accounting.cpsgd.trials_for_epsilon`: Thm. 1    |
-|           | with Eq. 10's sensitivities per round, (ε₀, 3δ₀) as in Thm. 4, basic or advanced     |
-|           | composition over rounds). A client sends ⌈log₂(k + m)⌉ bits per coordinate (Thm. 3)  |
+|           | (ε, δ) over E participations (`dp_fl.accounting.cpsgd.trials_for_epsilon`: the       |
+|           | Binomial mechanism's Rényi DP with Eq. 10's sensitivities per round, composed over   |
+|           | rounds). A client sends ⌈log₂(k + m)⌉ bits per coordinate (Thm. 3)                   |
 
 **Epochs.** With one epoch (`--epochs 1`, the paper's protocol: per-round ε = overall ε) a
 1,437-client data set gives only ⌊1437/n⌋ rounds, too few to learn; the default runs E
@@ -222,15 +222,9 @@ def calibrate_cpsgd(settings: Settings, dimension: int, epsilon: Optional[float]
   n, delta = settings.clients_per_round, settings.delta
   padded = cpsgd.padded_dimension(dimension)
   x_max = cpsgd.rotated_x_max(settings.clip_norm, n, dimension, delta)
-  try:
-    trials = cpsgd_accounting.trials_for_epsilon(
-        num_levels, settings.binomial_p, x_max, settings.clip_norm, padded, n,
-        settings.epochs, epsilon, delta)
-  except OverflowError as e:  # composed_epsilon's e^ε₀ for a huge per-round ε₀.
-    raise ValueError(
-        f"--levels={num_levels}: the cpSGD accountant overflows while searching m "
-        f"(advanced composition's e^ε₀ at small m: {e}); use fewer levels (k <= 64 at this "
-        "size) or --epochs 1.") from e
+  trials = cpsgd_accounting.trials_for_epsilon(
+      num_levels, settings.binomial_p, x_max, settings.clip_norm, padded, n,
+      settings.epochs, epsilon, delta)
   guarantee = cpsgd_accounting.composed_epsilon(
       num_levels, trials, settings.binomial_p, x_max, settings.clip_norm, padded, n,
       settings.epochs, delta)
@@ -244,10 +238,10 @@ def calibrate_cpsgd(settings: Settings, dimension: int, epsilon: Optional[float]
                  "participations": settings.epochs, "num_levels": num_levels,
                  "num_trials": trials, "x_max": x_max, "padded_dimension": padded,
                  "composition": guarantee.composition,
-                 "round_epsilon": (guarantee.round_guarantee.epsilon
-                                   if guarantee.round_guarantee else None),
-                 "accounting": "paper 000 Thm. 1 + Eq. 10 per round (ε₀, 3δ₀), "
-                               f"{guarantee.composition} composition"})
+                 "round_epsilon": guarantee.round_epsilon,
+                 "accounting": "Rényi DP of the Binomial mechanism with Eq. 10's "
+                               "sensitivities per round, composed over E rounds "
+                               "(dp_fl.accounting.cpsgd)"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,9 +399,9 @@ def privacy_statement(settings: Settings, num_clients: int) -> str:
       f"epoch is a fresh public permutation cut into {rounds} rounds of {n} (the "
       f"{num_clients - rounds * n} left over sit that epoch out), so a client is in at most "
       f"E = {settings.epochs} round(s); ε at δ = {settings.delta:g} is for those rounds "
-      "composed (gaussian: exact Gaussian composition; cpsgd: paper 000 Thm. 1 per round with "
-      "Eq. 10's sensitivities, charged (ε₀, 3δ₀) as in Thm. 4, then the better of basic and "
-      "advanced composition) and covers every model the server computes. No amplification "
+      "composed (gaussian: exact Gaussian composition; cpsgd: the Binomial mechanism's Rényi "
+      "DP with Eq. 10's sensitivities per round, composed over the rounds, "
+      "dp_fl.accounting.cpsgd) and covers every model the server computes. No amplification "
       "by sampling or shuffling is claimed. The seeds are public (reproducible research "
       "runs): ε is the mechanism's when run with secret randomness. Test images are not "
       "protected; `none` has no privacy.")

@@ -71,10 +71,10 @@ PRESETS: dict[str, cli.Preset] = {
             # per clipped update) learns past it: 0.082 (DP-SGD) and 0.080 (TreeAgg) vs
             # unigram 0.068 on real text (docs/RESULTS.md).
             **{m: dict(clip_norm=0.3, client_epochs=2) for m in ("dpsgd", "tree")},
-            # cpSGD's noise is independent too, and its analysis (paper 000, Thm. 1 with
-            # replace-one sensitivities) needs more of it at one ε: at ε = 8 σ is 1.49 (vs
-            # DP-SGD's 0.60) and it stays below unigram; --calibrate_epsilon=20 gives DP-SGD's
-            # σ (docs/RESULTS.md). 256 levels: the discretization costs ≈ 1.5x in variance.
+            # cpSGD's noise is independent too, and its analysis (the Binomial mechanism's
+            # Rényi DP with replace-one sensitivities) needs more of it at one ε: at ε = 8 σ is
+            # 1.55 (vs DP-SGD's 0.60) and it stays below unigram; ε = 32 (σ 0.52) learns past
+            # it (docs/RESULTS.md). 256 levels: the discretization costs ≈ 1.2x in variance.
             "cpsgd": dict(clip_norm=0.3, client_epochs=2, cpsgd_levels=256),
         },
         calibrate_epsilon=8.0),

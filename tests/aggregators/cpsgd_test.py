@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 
 import numpy as np
 import pytest
@@ -118,6 +119,64 @@ def test_compiles_to_mapreduce_form_with_a_secure_modular_sum():
   assert isinstance(form, tff.backends.mapreduce.MapReduceForm)
   assert form.securely_aggregates_tensors
   assert "int64[64]" in str(form.work.type_signature.result)  # d' integers per client.
+
+
+class _SumInsteadOfSecureSum(tff.aggregators.UnweightedAggregationFactory):
+  """Stands in for `BinomialSecureSumFactory`: passes on the exact clipped sum it is given."""
+
+  secure_sum_bits = 1
+
+  def __init__(self, protocol, max_clients, seed=None):
+    del protocol, max_clients, seed
+
+  def create(self, value_type):
+    return tff.aggregators.SumFactory().create(value_type)
+
+
+def _float32_norm_as_tff_computes_it(leaves):
+  """`tff.aggregators.clipping_factory`'s global norm: per-tensor norms squared and summed in
+  float32 (tensorflow_federated/python/aggregators/robust.py, `_global_l2_norm`)."""
+  return float(tf.sqrt(tf.reduce_sum(tf.stack(
+      [tf.norm(tf.constant(x), ord=2) ** 2 for x in leaves]))))
+
+
+def _crafted_update():
+  """The worst found of updates whose float32 norm under-estimates the true one: per tensor,
+  one entry of 1 and many whose squares fall below half an ulp of the running float32 sum, so
+  the accumulation drops them. Searched over tensor counts, sizes and magnitudes."""
+  worst = (0.0, None)
+  for tensors in (1, 4, 16):
+    for size in (2 ** 10, 2 ** 12, 2 ** 14):
+      for fraction in (0.3, 0.49, 0.75, 0.99):
+        x = np.full(size // tensors, np.sqrt(fraction * 2.0 ** -24), np.float32)
+        x[0] = 1.0
+        leaves = [x] * tensors
+        true_norm = math.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64)))
+                                  for v in leaves))
+        ratio = true_norm / _float32_norm_as_tff_computes_it(leaves)
+        if ratio > worst[0]:
+          worst = (ratio, leaves)
+  return worst
+
+
+def test_the_clip_bound_holds_for_a_crafted_float32_update(monkeypatch):
+  # cpSGD's sensitivities assume ‖X‖₂ <= D for every client. TFF's float32 clipping, even at
+  # D(1 − 1e-6), lets through an update whose float32 norm under-estimates its true one.
+  ratio, leaves = _crafted_update()
+  assert ratio - 1 > 2e-6  # float32 alone would leave it above D(1 − 1e-6) by that much.
+  value_type = tff.to_type(collections.OrderedDict(
+      (f"t{i}", tff.TensorType(np.float32, x.shape)) for i, x in enumerate(leaves)))
+  monkeypatch.setattr(cpsgd, "BinomialSecureSumFactory", _SumInsteadOfSecureSum)
+  clip = 0.5
+  for scale in (clip, clip * 3.0):  # The crafted norm just above D, and far above it.
+    process = cpsgd.CpSgdFactory(_protocol(clip=clip), clients_per_round=1).create(value_type)
+    value = collections.OrderedDict((f"t{i}", (x * np.float32(scale)).astype(np.float32))
+                                    for i, x in enumerate(leaves))
+    out = process.next(process.initialize(), [value])
+    norm = math.sqrt(sum(float(np.sum(np.square(np.asarray(v, np.float64))))
+                         for v in out.result.values()))
+    assert norm <= clip, (scale, norm / clip - 1)
+    assert out.measurements["clipped_count"] == 1
 
 
 def test_bad_value_types_and_settings_fail_clearly():

@@ -98,6 +98,23 @@ def test_privacy_charges_every_iteration_and_every_loss_report():
   assert plain["privacy"] is None and plain["final"]["epsilon"] == float("inf")
 
 
+def test_the_unnoised_training_loss_is_published_as_not_covered(tmp_path):
+  # train_loss is measured on the workers' own shards without noise: a private run's result
+  # and the comparison's table must say that ε does not cover it.
+  from dp_fl.decentralized import comparison  # pylint: disable=g-import-not-at-top
+  quick = dataclasses.replace(BASE, iterations=2, eval_every=2, checkpoint_every=2)
+  result = training.train(quick, _shards(5), str(tmp_path), reproducible_seed=1,
+                          jit_compile=False)
+  assert "train_loss" in result["final"]
+  (loss_entry,) = [e for e in result["privacy"]["not_covered"] if e.startswith("train_loss")]
+  assert "without noise" in loss_entry and "NOT covered" in loss_entry
+  with open(os.path.join(str(tmp_path), training.RESULT), encoding="utf-8") as f:
+    assert json.load(f)["privacy"]["not_covered"] == result["privacy"]["not_covered"]
+  summary = comparison.summarize({"run": result}, [5], "digits")
+  assert summary["not_covered"] == result["privacy"]["not_covered"]
+  assert "Not covered by ε: the training losses" in comparison.markdown(summary)
+
+
 def test_non_private_training_learns():
   shards = _shards(5)
   result = training.train(dataclasses.replace(BASE, private=False, iterations=60), shards,

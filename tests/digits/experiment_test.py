@@ -40,7 +40,9 @@ def test_calibrated_trials_reach_the_target_and_are_the_fewest(epochs, levels):
     return cpsgd_accounting.composed_epsilon(
         levels, trials, 0.5, protocol.x_max, 1.0, 2048, 100, epochs, 1e-9).epsilon
 
-  assert composed(protocol.num_trials) <= 4.0 < composed(protocol.num_trials - 1)
+  # trials_for_epsilon returns an m within 0.1 % of the smallest (its relative_tolerance).
+  slack = max(1, int(1e-3 * protocol.num_trials))
+  assert composed(protocol.num_trials) <= 4.0 < composed(protocol.num_trials - slack)
   described = estimator.describe()
   assert described["epsilon"] == composed(protocol.num_trials)
   assert described["participations"] == epochs and described["padded_dimension"] == 2048
@@ -55,13 +57,9 @@ def test_more_epochs_need_more_trials():
   assert three.protocol.num_trials > one.protocol.num_trials
 
 
-def test_levels_the_accountant_cannot_handle_fail_clearly_or_calibrate():
-  try:
-    estimator = experiment.calibrate_cpsgd(SMALL, SMALL_DIMENSION, 2.0, 1024)
-  except ValueError as e:
-    assert "--levels=1024" in str(e)
-  else:
-    assert estimator.describe()["epsilon"] <= 2.0
+def test_many_levels_calibrate():  # The Rényi accountant has no e^ε₀ to overflow.
+  estimator = experiment.calibrate_cpsgd(SMALL, SMALL_DIMENSION, 2.0, 1024)
+  assert estimator.describe()["epsilon"] <= 2.0
 
 
 @pytest.mark.parametrize("epochs", [1, 5])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fractions
 import math
 
 import numpy as np
@@ -120,6 +121,33 @@ def test_protocol_rejects_bad_parameters():
     cpsgd.Protocol(2, 1, 1.0, 1.0, 1.0)
   with pytest.raises(ValueError, match="x_max"):
     cpsgd.Protocol(2, 1, 0.5, 0.0, 1.0)
+
+
+def _exact_squared_norm(vector) -> fractions.Fraction:
+  return sum((fractions.Fraction(float(v)) ** 2 for v in np.ravel(vector)), fractions.Fraction(0))
+
+
+def test_clip_l2_bound_holds_in_exact_arithmetic():
+  # The sensitivities assume ‖X‖₂ <= D exactly. Scaling by D / (the rounded norm) leaves about
+  # half of all clipped vectors a few ulps above D; a float32 norm, far more for crafted input
+  # (one entry of 1 and many whose squares the float32 sum drops).
+  rng = np.random.default_rng(0)
+  cases = []
+  for dtype in (np.float64, np.float32):
+    for _ in range(60):
+      d = int(rng.integers(1, 40))
+      cases.append((rng.normal(size=d) * rng.uniform(1.0, 1e3), float(rng.uniform(0.1, 3.0)),
+                    dtype))
+    for size in (2 ** 10, 2 ** 12):
+      crafted = np.full(size, math.sqrt(0.99 * 2.0 ** -24))
+      crafted[0] = 1.0
+      cases.append((crafted, 1.0, dtype))
+  for vector, clip, dtype in cases:
+    clipped = cpsgd.clip_l2(vector.astype(dtype)[None, :], clip)
+    assert clipped.dtype == dtype
+    assert _exact_squared_norm(clipped) <= fractions.Fraction(clip) ** 2, (len(vector), dtype)
+  small = rng.normal(size=(3, 7)) * 0.01
+  np.testing.assert_array_equal(cpsgd.clip_l2(small, 1.0), small)  # Below D: untouched.
 
 
 if __name__ == "__main__":

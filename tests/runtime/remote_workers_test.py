@@ -74,8 +74,9 @@ def test_two_workers_give_the_local_result(tmp_path, workers, mechanism):
 
 def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
   """Secure sums (cpSGD's modular shares) and the bounds check across workers: each worker
-  returns one accumulator and one sum + maximum per secure input, whatever its client count;
-  the totals, the modulus and the bounds are those of the in-process runtime."""
+  returns one accumulator, one sum per secure input and one out-of-bounds bit (never the
+  values' maxima), whatever its client count, and folds at least 2 clients; the totals, the
+  modulus and the bounds are those of the in-process runtime."""
   from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
   from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
   pool = workers(2)
@@ -96,16 +97,30 @@ def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
 
   for values in ([3, 5, 4], [2], [], [1, 2, 1, 0, 3]):
     assert sums(remote, values) == sums(local, values), values
-  partials = remote_work[0](secure_sum_process.datasets([3, 5, 4]),
-                            remote.client_input_value(remote.prepare(remote.initialize())))
+  client_input = remote.client_input_value(remote.prepare(remote.initialize()))
+  partials = remote_work[0](secure_sum_process.datasets([3, 5, 4, 1]), client_input)
   assert len(partials) == 2  # One per worker, not one per client.
-  assert [int(x) for p in partials for x in p.secure_sums] == [3 + 5, 3 + 5, 3 + 5, 4, 4, 4]
-  assert [int(x) for p in partials for x in p.secure_maxes] == [5, 5, 5, 4, 4, 4]
-  with pytest.raises(ValueError, match="bitwidth 3"):  # 8 > 2³ − 1, on the second worker.
-    sums(remote, [1, 8])
-  with pytest.raises(ValueError, match="max_input"):
-    sums(remote, [6, 1])
+  assert [int(x) for p in partials for x in p.secure_sums] == [3 + 5, 3 + 5, 3 + 5, 5, 5, 5]
+  assert [tuple(vars(p)) for p in partials] == [
+      ("accumulator", "secure_sums", "out_of_bounds")] * 2  # No maxima.
+  assert [bool(p.out_of_bounds) for p in partials] == [False, False]
+  # 3 clients on 2 workers would leave one alone with its message: one worker folds all.
+  (partial,) = remote_work[0](secure_sum_process.datasets([3, 5, 4]), client_input)
+  assert [int(x) for x in partial.secure_sums] == [12, 12, 12]
+  with pytest.raises(ValueError, match="exceeds its bound .bitwidth 3"):  # 8 > 2³ − 1.
+    sums(remote, [1, 1, 1, 8])
+  with pytest.raises(ValueError, match="max_input 5"):
+    sums(remote, [6, 1, 1, 1])
   remote_work[0].close()
+
+
+@pytest.mark.parametrize("count,parts,min_size,chunks", [
+    (5, 2, 1, [(0, 3), (3, 5)]), (1, 2, 1, [(0, 1)]), (0, 3, 2, []),
+    (3, 2, 2, [(0, 3)]), (1, 4, 2, [(0, 1)]), (5, 2, 2, [(0, 3), (3, 5)]),
+    (5, 4, 2, [(0, 3), (3, 5)]), (8, 3, 2, [(0, 3), (3, 6), (6, 8)])])
+def test_split_never_leaves_a_chunk_below_its_minimum(count, parts, min_size, chunks):
+  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  assert remote_workers.split(count, parts, min_size) == chunks
 
 
 def test_a_dead_worker_stops_the_job_naming_it_and_a_rerun_resumes(tmp_path, workers):

@@ -201,6 +201,22 @@ def test_secure_sums_have_their_bounds_and_modulus():
     mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets([6, 1]))
 
 
+def test_a_partial_aggregate_carries_sums_and_one_bit_not_maxima():
+  # The server needs the sums and whether some value broke its bound; the elementwise maxima
+  # it once received would reveal more (a worker with one client: that client's message).
+  process = secure_sum_process.secure_sum_process()
+  mapreduce = xla_runtime.MapReduceProcess(process)
+  client_input = mapreduce.prepare(mapreduce.initialize())
+  fold = mapreduce._local_partial  # pylint: disable=protected-access
+  partial = fold(secure_sum_process.datasets([3, 5, 4]), client_input)
+  assert tuple(vars(partial)) == ("accumulator", "secure_sums", "out_of_bounds")
+  assert [int(x) for x in partial.secure_sums] == [12, 12, 12]
+  assert partial.out_of_bounds.dtype == tf.bool and partial.out_of_bounds.shape == ()
+  assert not bool(partial.out_of_bounds)
+  broken = fold(secure_sum_process.datasets([3, 8]), client_input)
+  assert bool(broken.out_of_bounds)
+
+
 def test_device_selection_without_an_accelerator():
   assert xla_runtime.select_device("auto").endswith("CPU:0")
   assert xla_runtime.select_device("cpu").endswith("CPU:0")

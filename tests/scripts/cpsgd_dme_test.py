@@ -96,8 +96,12 @@ def test_rotation_beats_no_rotation_on_skewed_inputs(study):
   norot = {r["levels"]: r for r in _rows(output, input="spike", method="cpsgd_norot")}
   small = {r["levels"]: r for r in _rows(output, input="spike",
                                          method="cpsgd_norot_small_xmax")}
-  for k, r in rot.items():  # X_max = D without rotation: far more noise at the same k.
-    assert r["mse_measured"] < 0.5 * norot[k]["mse_measured"]
+  # X_max = D without rotation: more error at the same k. (At k = 16 the Rényi accounting
+  # needs only m = 36 / 11 trials here, so quantization error weighs in: the bounds differ
+  # by 0.55×, the measured MSEs by about that, 5% relative noise each.)
+  for k, r in rot.items():
+    assert r["mse_bound"] < 0.6 * norot[k]["mse_bound"]
+    assert r["mse_measured"] < 0.7 * norot[k]["mse_measured"]
   assert rot[16]["clipped_values"] == 0 and small[16]["clipped_values"] == N
   # The same X_max without rotation clips the spike: a bias of (D − X_max)² on top.
   bias = (1.0 - small[16]["x_max"]) ** 2

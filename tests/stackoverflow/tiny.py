@@ -10,4 +10,4 @@ CORPUS = synthetic.SyntheticConfig(
 FLAGS = ["--vocab_size=300", "--embedding_size=8", "--lstm_size=8",
          "--max_elements_per_client=8", "--eval_clients=5", "--clients_per_round=4",
          "--cooldown_rounds=0", "--participation=min_sep_rounds", "--min_sep=3",
-         "--blt_buffers=2", "--eval_every=2"]
+         "--eval_every=2"]  # No mechanism's own flag: the runs use several mechanisms.

@@ -16,7 +16,7 @@ from dp_fl.training import program
 
 def _config(tmp_path, **kw):
   values = dict(task="toy", root_dir=str(tmp_path), rounds=40, clients_per_round=10,
-                min_sep=10, delta=1e-6)
+                min_sep=10, participation="min_sep_rounds", delta=1e-6)
   values.update(kw)
   return config_lib.TrainingConfig(**values)
 

@@ -214,12 +214,13 @@ def check_claim(audit: Audit) -> None:
 def audit_cpsgd_run(task, config) -> dict[str, Any]:
   """An independent audit of a cpSGD run's claim from its checkpoint and release log.
 
-  Every computation of a round is a release (the clients' shares are fresh each time). A
-  resumed scheduler re-draws a lost round's cohort exactly, so each client of an applied row
-  took part once per logged computation of that round; computations of rounds never applied
-  are charged to every client. Returns the truth under that model: the most participations of
-  any client (brute force over clients), the smallest cohort of any computation, the ε they
-  imply, and the report.
+  Every computation of a round is a release (the clients' shares are fresh each time), so
+  the truth is, client by client, the number of logged computations it was in — whatever
+  cohorts a resume or a fresh restart drew. The audit assumes nothing about which
+  computation a round's applied row came from; it checks that each applied row (the
+  checkpoint's participation record) was logged, and that no computed cohort is missing its
+  clients. Returns the most participations of any client (brute force over clients), the
+  smallest cohort of any computation, the ε they imply, and the report.
   """
   from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
   from dp_fl.mechanisms import cpsgd as cpsgd_math  # pylint: disable=g-import-not-at-top
@@ -227,20 +228,24 @@ def audit_cpsgd_run(task, config) -> dict[str, Any]:
   restored = checkpoints_lib.CheckpointManager(
       os.path.join(config.root_dir, "checkpoints")).restore_latest()
   ledger = participation_checkpoint.restore_scheduler(restored.blobs["scheduler"]).ledger
-  computations: dict[int, list[int]] = {}  # 1-based round -> cohort of each computation.
-  log = os.path.join(config.root_dir, privacy.RELEASE_LOG)
-  with open(log, encoding="utf-8") as f:
+  computations: dict[int, list[tuple[int, ...]]] = {}  # 1-based round -> cohorts computed.
+  with open(os.path.join(config.root_dir, privacy.RELEASE_LOG), encoding="utf-8") as f:
     for line in f:
       if line.strip():
         event = json.loads(line)
-        computations.setdefault(event["round"], []).append(event["cohort"])
-  unapplied = sum(len(c) for r, c in computations.items() if r > ledger.num_rounds)
-  participations = max(
-      sum(len(computations.get(row + 1, [None])) for row in rows) + unapplied
-      for rows in ledger.participation_patterns().values())
-  cohorts = [c for cohort_list in computations.values() for c in cohort_list if c > 0]
-  cohorts += [ledger.round_clients(r).size for r in range(ledger.num_rounds)
-              if ledger.round_clients(r).size]
+        assert len(event["clients"]) == event["cohort"], event
+        computations.setdefault(event["round"], []).append(tuple(event["clients"]))
+  for r in range(ledger.num_rounds):
+    applied = tuple(int(c) for c in ledger.round_clients(r))
+    assert applied in computations.get(r + 1, []), (
+        f"applied round {r + 1} (clients {applied}) is not in the release log")
+  per_client: dict[int, int] = {}
+  for cohorts in computations.values():
+    for cohort in cohorts:
+      for c in cohort:
+        per_client[c] = per_client.get(c, 0) + 1
+  participations = max(per_client.values())
+  cohorts = [len(c) for cohort_list in computations.values() for c in cohort_list if c]
   dimension = program.model_dimension(task)
   protocol = registry.mechanism("cpsgd").protocol(config, dimension)
   true_epsilon = cpsgd_accounting.composed_epsilon(

@@ -66,5 +66,14 @@ def toy_config(root_dir, rounds, mechanism, **overrides):
   return config_lib.TrainingConfig(**values)
 
 
+def calibrated_config(task, root_dir, mechanism, epsilon=8.0, rounds=6, **overrides):
+  """`toy_config` with σ calibrated (`--calibrate_epsilon`) to `epsilon` for `task`."""
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  config = toy_config(str(root_dir), rounds, mechanism, **overrides)
+  sigma = program.calibrate_noise_multiplier(config, epsilon,
+                                             len(task.train_data.client_ids), task)
+  return config.replace(noise_multiplier=sigma)
+
+
 if __name__ == "__main__":
   sys.exit(main())
