@@ -55,7 +55,8 @@ discrete Gaussian's variance (<= σ²) plus stochastic rounding's (<= 1/4), with
 
 Writes table.json, table.md and dme.png to --out_dir; prints the Markdown table (or JSON
 with --format json). Default run: n = 1000, d = 2^14, ε ∈ {1, 2, 4}, δ = 1e-5, 3 repetitions,
-about 5 minutes on 2 cores (a third of it in TFF):
+about 13 minutes on a busy 2-core machine (9 of them calibrating the 54 values of m by the
+Rényi accountant, each once for all inputs):
 
   .venv/bin/python -m scripts.cpsgd_dme --out_dir docs/results/cpsgd_dme
 """

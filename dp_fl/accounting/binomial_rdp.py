@@ -28,9 +28,9 @@ deviations with rigorous bounds for the rest: writing T(x) for the summand, its 
 R(x) = log T(x+1) − log T(x) = (1−α) log((M−x)/(x+1)) + α log((M−x+1)/x) has derivative
 (α−1)/(M−x) − α/(M−x+1) + (α−1)/(x+1) − α/x, which is negative for 1 <= x <= M − α + 1.
 T is therefore log-concave there: beyond the window's edges each tail is at most a geometric
-series in e^{R(edge)}, and the last α points (x > M − α + 1) are bounded by
-M^α · P[Bin(M, ½) >= M − α + 1] <= M^α exp(−2(M/2 − α)²/M) (Hoeffding). Log-weights are
-accumulated in extended precision and log S is rounded up by `_LOG_SUM_SLACK`.
+series in e^{R(edge)}, and the last α points (x > M − α + 1) are summed directly (log-gamma
+weights, rounded up past their rounding error). Log-weights are accumulated in extended precision and
+log S is rounded up by `_LOG_SUM_SLACK`.
 
 **Lemma 2 (a shift of u is u shifts of one).** Bin(N, ½) is the sum of u independent
 Bin(⌊N/u⌋, ½) and an independent rest, so the pair (Bin(N, ½) + u, Bin(N, ½)) is a
@@ -65,6 +65,7 @@ from typing import Sequence
 
 import numpy as np
 from scipy import optimize
+from scipy import special
 
 from dp_accounting.rdp import rdp_privacy_accountant
 
@@ -78,6 +79,7 @@ ORDERS = (1.01, 1.02, 1.03, 1.05, 1.075, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5, 1.75, 2.
 FULL_ENUMERATION_TRIALS = 4096  # At or below (or when the window does not fit): all of [1, M].
 _WINDOW_STDS = 12.0  # Half-width of the summed window in standard deviations of Bin(M, ½).
 _LOG_SUM_SLACK = 1e-13  # Added to log S: far above the rounding of the extended-precision sums.
+_FAR_SLACK_PER_LOG_GAMMA = 1e-14  # × M log M: above float64 log-gamma's rounding at M.
 _SINGLETON_SHIFTS = 16  # Shifts up to this get their own LP variable; larger ones buckets.
 _BUCKET_RATIO = 1.02
 
@@ -107,12 +109,7 @@ def shift_one_rdp(num_trials: int, orders: tuple[float, ...] = ORDERS) -> np.nda
   half = int(math.ceil(_WINDOW_STDS * math.sqrt(m) / 2.0))
   lo, hi = center - half, center + half + int(math.ceil(alpha_max)) + 1
   decreasing_up_to = math.floor(m - alpha_max + 1.0)  # R decreases on [1, this].
-  # The last α points are bounded crudely (see `far` below); where that bound is not
-  # negligible against S >= 1 − η, sum everything instead.
-  gap = decreasing_up_to + 1 - m / 2.0
-  far = alphas * math.log(m) - 2.0 * gap * gap / m
-  windowed = (m > FULL_ENUMERATION_TRIALS and hi + 1 <= decreasing_up_to and lo > 1
-              and gap > 0 and float(far.max()) < -30.0)
+  windowed = m > FULL_ENUMERATION_TRIALS and hi + 1 <= decreasing_up_to and lo > 1
   if not windowed:
     lo, hi = 1, m
   x = np.arange(lo, hi + 1, dtype=np.float64)
@@ -142,8 +139,16 @@ def shift_one_rdp(num_trials: int, orders: tuple[float, ...] = ORDERS) -> np.nda
     log_numerator = np.logaddexp(log_numerator, np.logaddexp(upper_tail, lower_tail))
     # Σ_win Q = Q(center)·Σ_win w <= 1, so Q(center) <= 1 / Σ_win w.
     log_s = log_numerator - _logsumexp(log_w)
-    # The last α points: T <= Q(x) M^α there, P[Bin >= M − α + 1] by Hoeffding.
-    log_s = np.logaddexp(log_s, far)
+    # The last (at most α) points, summed directly with absolute log-gamma weights, rounded
+    # up by more than float64 log-gamma's rounding error at M.
+    far_x = np.arange(decreasing_up_to + 1, m + 1, dtype=np.float64)
+    if far_x.size:
+      far_log_q = (special.gammaln(m + 1.0) - special.gammaln(far_x + 1.0)
+                   - special.gammaln(m - far_x + 1.0) - m * math.log(2.0))
+      far_ratio = np.log(far_x / (m - far_x + 1.0))
+      slack = _FAR_SLACK_PER_LOG_GAMMA * (m * math.log(m) + m) + 1e-12
+      far = _logsumexp(far_log_q[None, :] + alphas[:, None] * far_ratio[None, :]) + slack
+      log_s = np.logaddexp(log_s, far)
   else:
     # Exact: normalize by Σ_{x=0}^{M} Q = 1 (x = 0 has log-weight log Q(0) − log Q(center)).
     log_zero = -(float(np.sum(steps[:k])) + math.log(m))  # log((M − 0)/(0 + 1)) is step 0.

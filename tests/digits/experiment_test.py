@@ -58,7 +58,7 @@ def test_more_epochs_need_more_trials():
 
 
 def test_many_levels_calibrate():  # The Rényi accountant has no e^ε₀ to overflow.
-  estimator = experiment.calibrate_cpsgd(SMALL, SMALL_DIMENSION, 2.0, 1024)
+  estimator = experiment.calibrate_cpsgd(SMALL, SMALL_DIMENSION, 2.0, 256)
   assert estimator.describe()["epsilon"] <= 2.0
 
 
