@@ -20,12 +20,11 @@ an environment problem never prints a traceback unless `--debug` is given.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import sys
 import traceback
 from typing import Callable, Optional, TextIO
-
-from dp_fl import runtime
 
 COMPLETED = 0
 FAILED = 1
@@ -45,6 +44,38 @@ STOP_CODES = {"completed": COMPLETED, "target_epsilon": TARGET_EPSILON,
 
 class BusyError(RuntimeError):
   """Another process holds a resource this one needs exclusively (a run directory)."""
+
+
+class RemoteWorkerError(RuntimeError):
+  """A remote TFF worker (`--workers`) failed, hung past its deadline, or cannot be reached.
+
+  Not retried (unlike a lost local worker): the job stops naming the worker; nothing of the
+  round was applied, so its last checkpoint is intact and a rerun resumes exactly.
+  """
+
+  def __init__(self, address: str, what: str):
+    super().__init__(f"worker {address} {what}")
+    self.address = address
+
+
+def is_worker_lost(error: BaseException) -> bool:
+  """Whether `error` says the TFF worker process went away mid-computation (crashed, killed).
+
+  TFF reports a worker it can no longer reach as a `RetryableError` (over gRPC: status
+  UNAVAILABLE), raised from whatever computation was running. The state the worker held (the
+  training state is resident there, `dp_fl/execution/resident.py`) is lost with it; what was
+  checkpointed is not (`dp_fl.execution.runtime.run_with_fresh_workers` retries on it). Never
+  imports TFF: an error from a process that has not imported TFF is not TFF's.
+  """
+  errors = sys.modules.get("tensorflow_federated.python.core.impl.executors.executors_errors")
+  if errors is not None and isinstance(error, errors.RetryableError):
+    return True
+  grpc = sys.modules.get("grpc")
+  if grpc is not None and isinstance(error, grpc.RpcError) and callable(
+      getattr(error, "code", None)):
+    with contextlib.suppress(Exception):
+      return error.code() == grpc.StatusCode.UNAVAILABLE
+  return False
 
 
 _OS_FIXES = {
@@ -104,11 +135,11 @@ def _classify(error: BaseException, debug: bool) -> tuple[int, str]:
     return BAD_INPUT, f"error: {error}"
   if isinstance(error, OSError):
     return ENVIRONMENT, f"error: {describe_os_error(error)}"
-  if isinstance(error, runtime.RemoteWorkerError):
+  if isinstance(error, RemoteWorkerError):
     return ENVIRONMENT, (f"error: {_first_line(error, 300)}. What was checkpointed is intact: "
                          "bring the worker back (or drop it from --workers) and rerun the same "
                          "command to resume from the last checkpoint")
-  if runtime.is_worker_lost(error):
+  if is_worker_lost(error):
     return ENVIRONMENT, ("error: the TFF worker process stopped (crashed or was killed: "
                          f"{_first_line(error, 200)}); what was checkpointed is intact — rerun "
                          "the same command to resume from the last checkpoint (if it recurs, "

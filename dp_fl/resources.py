@@ -13,7 +13,8 @@ Binaries set them once in `main` (`set_budgets`); libraries read them (`memory_b
 `time_budget`). The estimates themselves live next to the code that allocates: each mechanism
 family's build cost (`catalog.Family.build_cost`), each mechanism's evaluation cost
 (`catalog.Mechanism.evaluation_cost`), the balls-in-bins Monte Carlo
-(`balls_in_bins.monte_carlo_cost`); `check_training` adds up a training job's.
+(`balls_in_bins.monte_carlo_cost`); `dp_fl.training.budget.check_training` adds up a
+training job's.
 
 How the estimates were checked (tracemalloc peak and wall time on the 2-core development
 machine, NumPy/SciPy float64; the models are upper envelopes of these, so the estimate is at
@@ -50,6 +51,7 @@ import time
 from typing import Any, Callable, Mapping, Optional, TextIO
 
 from dp_fl import _checks
+from dp_fl import root_finding
 
 GB = 1024 ** 3
 DEFAULT_MEMORY_FRACTION = 0.5
@@ -188,13 +190,9 @@ def largest_fitting(estimate_at: Callable[[int], Estimate], low: int, high: int,
   fits = lambda s: (estimate_at(s).bytes <= budget and estimate_at(s).seconds <= seconds)
   if not fits(low):
     return low - 1
-  while low < high:
-    mid = (low + high + 1) // 2
-    if fits(mid):
-      low = mid
-    else:
-      high = mid - 1
-  return low
+  # Estimates grow with the size: the first size past `low` that does not fit, less one
+  # (high + 1 stands for "none up to high"; it is never estimated).
+  return root_finding.first_integer(lambda s: not fits(s), low, max(low, high) + 1) - 1
 
 
 def require(estimate: Estimate, flags: Mapping[str, Any], *,
@@ -334,56 +332,3 @@ def check_rounds_limit(flag: str, rounds: int) -> int:
     raise ValueError(f"--{flag}={rounds} exceeds {MAX_ROUNDS} (2**31 - 1), the most rounds "
                      "the participation ledger records; lower it.")
   return rounds
-
-
-def check_training(config: Any, num_clients: int,
-                   memory_bytes: Optional[float] = None,
-                   seconds: Optional[float] = None) -> Estimate:
-  """Refuses a training job whose mechanism, accounting or participation state cannot fit.
-
-  Covers what scales with `config.rounds` and the population before anything is written:
-  building (optimizing) the mechanism (skipped when `config.mechanism_params` gives it) and
-  its evaluation for n rounds (sensitivity, as the accountant and calibration need), and the
-  participation ledger (per-client int32 arrays, a separation histogram up to n entries, and
-  the int32 round index, so n <= 2**31 - 1).
-
-  Args:
-    config: a `dp_fl.training.config.TrainingConfig`.
-    num_clients: the population N the scheduler draws from.
-    memory_bytes, seconds: budgets (None: this process's, `memory_budget`/`time_budget`).
-
-  Returns:
-    The job's estimate (the largest step's peak memory and the summed time).
-
-  Raises:
-    ValueError: naming --rounds (or --num_clients), the estimate, the budget and the fix.
-  """
-  # pylint: disable=g-import-not-at-top  (catalog imports this module)
-  from dp_fl.mechanisms import catalog
-  n = check_rounds_limit("rounds", _checks.check_positive_int("rounds", config.rounds))
-  clients = _checks.check_positive_int("num_clients", num_clients)
-  memory = memory_budget() if memory_bytes is None else memory_bytes
-  limit = time_budget() if seconds is None else seconds
-
-  def estimate_at(rounds: int) -> Estimate:
-    ledger = Estimate(f"the participation ledger of {clients} clients over {rounds} rounds",
-                      32.0 * clients + 16.0 * rounds,
-                      basis="~32 B per client, 16 B per round")
-    if config.mechanism not in catalog.names():
-      return ledger  # No matrix mechanism (DP-FedAvg, non-private).
-    options, _ = catalog.build_options(
-        config.mechanism, rounds=rounds, min_sep=config.min_sep,
-        max_participations=config.max_participations, buffers=config.blt_buffers,
-        bands=config.bands)
-    total = ledger + catalog.evaluation_cost(config.mechanism, rounds)
-    if not config.mechanism_params:
-      total = catalog.family(config.mechanism).build_cost(options) + total
-    return total
-
-  estimate = estimate_at(n)
-  fits = None
-  if estimate.bytes > memory or estimate.seconds > limit:
-    fits = largest_fitting(estimate_at, 1, n, memory, limit)
-  require(estimate, {"rounds": n}, memory_bytes=memory, seconds=limit,
-          fits_up_to=fits if fits and fits >= 1 else None)
-  return estimate

@@ -35,11 +35,13 @@ import numpy as np
 
 from dp_fl import exits
 from dp_fl import files
+from dp_fl import writers
 from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
-from dp_fl.training import figures
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
+from dp_fl.participation import schemes
 
 SETTINGS = {
     "stackoverflow": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
@@ -49,7 +51,8 @@ SETTINGS = {
                           epsilons=(1.0, 2.0, 4.0, 8.0, 16.0),
                           mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=()),
 }
-SCHEMES = ("min_sep", "balls_in_bins", "cyclic_poisson")
+MIN_SEP, BALLS_IN_BINS, CYCLIC_POISSON = SCHEMES = schemes.analyses(schemes.CORRELATED)
+"""The analyses of the participation schemes that serve DP-FTRL (`schemes.Scheme.analysis`)."""
 
 
 def _rmse(mechanism: catalog.Mechanism, rounds: int, sigma: float) -> float:
@@ -69,12 +72,11 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
   mechanism = _build(name, rounds, bins, epochs, bands)
   label = name if bands is None else f"{name} ({bands} bands)"
   sens = mechanism.sensitivity(rounds, bins, epochs).guaranteed
-  pair = balls_in_bins.dominating_pair(num_bins=bins, num_epochs=epochs, rounds=rounds,
-                                       **mechanism.lower_triangular_input(rounds))
+  pair = amplification.balls_in_bins_pair(mechanism, num_bins=bins, rounds=rounds)
   rows = []
   for eps in epsilons:
     sigma = zcdp.noise_multiplier_for_epsilon(sens, eps, delta)
-    rows.append(dict(mechanism=label, scheme="min_sep", epsilon=eps, delta=delta,
+    rows.append(dict(mechanism=label, scheme=MIN_SEP, epsilon=eps, delta=delta,
                      noise_multiplier=sigma, noise_multiplier_standard_error=0.0,
                      rmse=_rmse(mechanism, rounds, sigma), note=f"sensitivity {sens:.4g}"))
     started = time.perf_counter()
@@ -82,7 +84,7 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
       warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
       cal = balls_in_bins.calibrate_noise_multiplier(pair, epsilon=eps, delta=delta,
                                                      num_samples=mc_samples, seed=seed)
-    rows.append(dict(mechanism=label, scheme="balls_in_bins", epsilon=eps, delta=delta,
+    rows.append(dict(mechanism=label, scheme=BALLS_IN_BINS, epsilon=eps, delta=delta,
                      noise_multiplier=cal.noise_multiplier,
                      noise_multiplier_standard_error=cal.noise_multiplier_standard_error,
                      rmse=_rmse(mechanism, rounds, cal.noise_multiplier),
@@ -96,16 +98,16 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
     q = epochs * groups / rounds
     if q > 1.0:
       continue
-    norm = banded.sensitivity(rounds, rounds, 1).guaranteed
+    args = amplification.cyclic_poisson_args(banded, sampling_probability=q,
+                                             num_groups=groups, rounds=rounds, delta=delta)
     for eps in epsilons:
-      sigma = amplification.cyclic_poisson_noise_multiplier(
-          eps, column_norm=norm, sampling_probability=q, num_groups=groups, rounds=rounds,
-          delta=delta, accountant="pld")
-      rows.append(dict(mechanism=banded_label, scheme="cyclic_poisson", epsilon=eps,
+      sigma = amplification.cyclic_poisson_noise_multiplier(eps, accountant="pld", **args)
+      rows.append(dict(mechanism=banded_label, scheme=CYCLIC_POISSON, epsilon=eps,
                        delta=delta, noise_multiplier=sigma,
                        noise_multiplier_standard_error=0.0,
                        rmse=_rmse(banded, rounds, sigma),
-                       note=f"{groups} groups, q = {q:.4g}, {-(-rounds // groups)} "
+                       note=f"{groups} groups, q = {q:.4g}, "
+                            f"{sensitivity_lib.participation_cap(rounds, groups)} "
                             "compositions (PLD)"))
   for r in rows:
     r["family"] = name
@@ -120,10 +122,10 @@ def table(setting: str, mc_samples: int, seed: int) -> dict[str, Any]:
                      delta=spec["delta"], epsilons=spec["epsilons"],
                      cyclic_bands=spec["cyclic_bands"], mc_samples=mc_samples, seed=seed)
   baseline = {(r["family"], r["epsilon"]): r["rmse"] for r in rows
-              if r["scheme"] == "min_sep"}
+              if r["scheme"] == MIN_SEP}
   for r in rows:  # RMSE improvement over the family's min-sep row (paper 003 Fig. 2)
     base = baseline.get((r["family"], r["epsilon"]))
-    r["rmse_improvement_percent"] = (None if base is None or r["scheme"] == "min_sep"
+    r["rmse_improvement_percent"] = (None if base is None or r["scheme"] == MIN_SEP
                                      else 100.0 * (1.0 - r["rmse"] / base))
   return {"setting": setting, **{k: v for k, v in spec.items() if k != "mechanisms"},
           "mc_samples": mc_samples, "seed": seed, "rows": rows}
@@ -146,11 +148,11 @@ def markdown(output: dict[str, Any]) -> str:
 
 def figure(output: dict[str, Any]) -> Any:
   """RMSE vs ε per (mechanism, participation), log-log."""
-  fig, ax = figures.new_figure(7.0, 4.4)
+  fig, ax = writers.new_figure(7.0, 4.4)
   series: dict[tuple[str, str], list[tuple[float, float]]] = {}
   for r in output["rows"]:
     series.setdefault((r["mechanism"], r["scheme"]), []).append((r["epsilon"], r["rmse"]))
-  styles = {"min_sep": "-", "balls_in_bins": "--", "cyclic_poisson": ":"}
+  styles = dict(zip(SCHEMES, ("-", "--", ":")))
   for (mechanism, scheme), points in series.items():
     xs, ys = zip(*sorted(points))
     ax.plot(xs, ys, styles[scheme], marker="o", label=f"{mechanism}, {scheme}")
@@ -191,7 +193,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       files.atomic_write_json(os.path.join(args.out_dir, "table.json"), output, indent=1)
       files.atomic_write_text(os.path.join(args.out_dir, "table.md"),
                               markdown(output) + "\n![RMSE vs ε](table.png)\n")
-      figures.save_figure(figure(output), os.path.join(args.out_dir, "table.png"))
+      writers.save_figure(figure(output), os.path.join(args.out_dir, "table.png"))
     print(json.dumps(output, indent=1) if args.format == "json" else markdown(output))
     return exits.COMPLETED
 

@@ -6,7 +6,7 @@ paper 004 (vocabulary 10000 + 4, embedding 96, LSTM 670, projection 96:
 TreeAgg, DP-SGD) and for TFF's non-private `UnweightedMeanFactory`, one
 aggregation round with `--clients` clients runs in TFF's local C++ runtime, with
 the state kept in the runtime between rounds as dp_fl's training loop keeps it
-(`dp_fl.training.resident`); the client updates are sent in from Python every
+(`dp_fl.execution.resident`); the client updates are sent in from Python every
 round (10 x 16 MB), which a training round does not do (there the clients compute
 them inside the runtime). Reported: per-round wall time (median, p95), the
 overhead against the non-private mean, the size of the aggregator state (the
@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 # StackOverflow NWP LSTM (paper 004, Sec. 5): embedding, LSTM kernel/recurrent/bias,
 # projection dense, output dense.
@@ -55,7 +55,7 @@ def _state_bytes(state) -> int:
 
 def _time_process(process, clients, rounds: int) -> tuple[dict, object]:
   """Rounds as dp_fl's training loop runs them: the state stays in TFF's worker."""
-  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import resident  # pylint: disable=g-import-not-at-top
   resident_process = resident.ResidentProcess(process, process.initialize())
   resident_process.commit(resident_process.next(clients))  # warm-up (compiles, places)
   times = []
@@ -76,7 +76,7 @@ def _state_roundtrip_ms(process, state, rounds: int) -> float:
 
   Calling `process.next(state, ...)` from Python moves the whole state between Python and
   the C++ runtime every round (the model and optimizer state as well); this isolates that
-  cost, which dp_fl's training loop avoids (`dp_fl.training.resident`).
+  cost, which dp_fl's training loop avoids (`dp_fl.execution.resident`).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 

@@ -22,6 +22,7 @@ from absl import flags
 import numpy as np
 
 from dp_fl.accounting import balls_in_bins
+from dp_fl.accounting import verification
 
 _ROUNDS = flags.DEFINE_integer("num_rounds", 2048, "n, total rounds.")
 _EPOCHS = flags.DEFINE_integer("num_epochs", 16, "E; bins b = n / E.")
@@ -110,7 +111,7 @@ def run(num_rounds: int, num_epochs: int, num_samples: int,
       "cpu_count": os.cpu_count(),
       "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
       "gram_seconds": round(gram_s, 4),
-      "evr_required_num_samples": balls_in_bins.required_num_samples(
+      "evr_required_num_samples": verification.required_num_samples(
           delta, release_delta),
       "results": results,
   }

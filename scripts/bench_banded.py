@@ -32,10 +32,10 @@ _SNIPPET = """
 import json, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
-from dp_fl.mechanisms import banded
+from dp_fl.mechanisms import banded_optimize
 t1 = time.perf_counter()
 c1 = time.process_time()
-mech = banded.optimize_banded({rounds}, {min_sep}, {k}, bands={bands})
+mech = banded_optimize.optimize_banded({rounds}, {min_sep}, {k}, bands={bands})
 t2 = time.perf_counter()
 c2 = time.process_time()
 ev = mech.evaluate({rounds}, {min_sep}, {k})

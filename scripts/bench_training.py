@@ -9,7 +9,7 @@ Measures, for 10 clients per round (the same clients and batches every time):
   * a plain TensorFlow loop doing the same client updates (SGD over the same batches) and
     the averaging, in one process (issue "training program": TFF >= 0.7x its speed);
   * the same rounds on the in-process runtime (`--runtime=xla`: MapReduceForm run by
-    TensorFlow in this process, dp_fl/xla_runtime.py), without and with the XLA-compiled
+    TensorFlow in this process, dp_fl/execution/xla.py), without and with the XLA-compiled
     client step (`--jit_compile`), against the C++ worker (issue "XLA runtime": >= 1.5x its
     round speed, >= 1.0x the plain-TF loop);
   * the time and size of a training checkpoint (dp_fl.training.checkpoints) of the BLT run;
@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 def _seconds(fn) -> float:
@@ -72,7 +72,7 @@ def _ratio_summary(numerator: list[float], denominator: list[float]) -> dict[str
           "max": float(ratios.max())}
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--clients", type=int, default=10)
   parser.add_argument("--rounds", type=int, default=8,
@@ -88,17 +88,15 @@ def main(argv=None) -> int:
   parser.add_argument("--xla_jit", action="store_true",
                       help="also time the in-process runtime with the XLA-compiled client step "
                            "(on this CPU: 30 s of compilation, then slower than the plain graph)")
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+  args = parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from dp_fl.mechanisms import blt  # pylint: disable=g-import-not-at-top
   from dp_fl.mechanisms import catalog  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import checkpoints  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import learners  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
 
   settings = so_task.StackOverflowSettings(max_elements_per_client=args.sentences_per_client,
@@ -116,48 +114,21 @@ def main(argv=None) -> int:
   root = tempfile.mkdtemp(prefix="dp_fl_bench_training_")
   mechanisms = {"none": None, "dpsgd": catalog.DpSgdMechanism(),
                 "blt": catalog.BltMechanism(blt.PUBLISHED_BLTS[400])}
-  processes, residents = {}, {}
   with runtime.execution_context():
+    processes, residents = {}, {}
     for name, mechanism in mechanisms.items():
-      config = config_lib.TrainingConfig(
-          task=task.name, root_dir=os.path.join(root, name), rounds=100,
-          clients_per_round=args.clients, mechanism=name, noise_multiplier=1.0,
-          participation="uniform")
-      processes[name] = program.build_learning_process(
-          task, config, program.build_aggregator(config, mechanism, len(ids)))
+      processes[name] = _learning_process(task, args, root, name, mechanism, len(ids))
       # dp_fl's training loop: the state stays in TFF's worker between rounds.
-      residents[name] = resident.ResidentProcess(processes[name], processes[name].initialize())
-
-    def resident_round(name):
-      return lambda: residents[name].commit(residents[name].next(datasets))
-
-    def learner_round(learner):
-      return lambda: learner.commit(learner.next(datasets)[0])
-
-    steps = {name: resident_round(name) for name in mechanisms}
-    for name in ("none", "blt"):  # The in-process runtime (and its XLA client step).
-      for jit in (False, True) if args.xla_jit else (False,):
-        config = config_lib.TrainingConfig(
-            task=task.name, root_dir=os.path.join(root, name), rounds=100,
-            clients_per_round=args.clients, mechanism=name, noise_multiplier=1.0,
-            participation="uniform", runtime="xla", jit_compile=jit)
-        process = program.build_learning_process(
-            task, config, program.build_aggregator(config, mechanisms[name], len(ids)))
-        learner = learners.XlaLearner(process, process.initialize(), 1, args.device)
-        steps[f"{name}_xla{'_jit' if jit else ''}"] = learner_round(learner)
+      residents[name] = _resident(processes[name])
+    steps = {name: _resident_round(residents[name], datasets) for name in mechanisms}
+    steps.update(_xla_steps(task, args, root, mechanisms, len(ids), datasets))
     steps["plain_tf"] = _plain_tf_round(task, batches)
     times = interleaved_seconds(steps, args.rounds)
     for name in mechanisms:
       report["tff"][name] = timing(times[name])
       if args.python_rounds > 0:
-        # Calling `process.next(state, data)` from Python instead: the state crosses into and
-        # out of the worker every round.
-        state = residents[name].state()
-        python_times = interleaved_seconds(
-            {name: lambda: processes[name].next(state, datasets)}, args.python_rounds)[name]
-        report["tff"][name].update(
-            python_driven_seconds_per_round=float(np.median(python_times)),
-            python_driven_times=python_times)
+        report["tff"][name].update(_python_driven(processes[name], residents[name], datasets,
+                                                  args.python_rounds))
     report["plain_tf"] = timing(times["plain_tf"])
     blt_process, blt_state = processes["blt"], residents["blt"].state()
     for resident_process in residents.values():
@@ -165,31 +136,100 @@ def main(argv=None) -> int:
     num_params = int(sum(np.prod(w.shape) for w in
                          blt_process.get_model_weights(blt_state).trainable))
     report["parameters"] = num_params
-    manager = checkpoints.CheckpointManager(os.path.join(root, "ckpt"), keep=1)
-    saves = [manager.save(r, tf.nest.flatten(blt_state), {"scheduler": b"x" * 1000}, {})
-             for r in range(3)]
-    start = time.perf_counter()
-    manager.restore_latest()
-    report["checkpoint"] = {"save_seconds": float(np.median([s["seconds"] for s in saves])),
-                            "bytes": saves[-1]["bytes"],
-                            "restore_seconds": time.perf_counter() - start,
-                            "contents": "model, server momentum, BLT state (4 buffers)"}
+    report["checkpoint"] = _checkpoint(root, blt_state)
+  report["xla_runtime"] = _xla_report(times)
+  report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  # The largest finished child: TFF's C++ workers (closed above) hold the worker's rounds.
+  report["peak_memory_worker_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+  report["goals"] = _goals(times)
+  print(json.dumps(report, indent=1))
+  return 0
 
-  speed = _ratio_summary(times["plain_tf"], times["none"])
-  blt_ratio = _ratio_summary(times["blt"], times["none"])
-  dpsgd_ratio = _ratio_summary(times["dpsgd"], times["none"])
+
+def _learning_process(task, args, root: str, name: str, mechanism, num_clients: int,
+                      **runtime_settings):
+  """dp_fl's learning process for `mechanism` (σ = 1, uniform participation); on the C++
+  worker unless `runtime_settings` say otherwise (runtime="xla", jit_compile)."""
+  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  config = registry.make_config(
+      task=task.name, root_dir=os.path.join(root, name), rounds=100,
+      clients_per_round=args.clients, mechanism=name, noise_multiplier=1.0,
+      participation="uniform", **runtime_settings)
+  return program.build_learning_process(
+      task, config, program.build_aggregator(config, mechanism, num_clients))
+
+
+def _resident(process):
+  from dp_fl.execution import resident  # pylint: disable=g-import-not-at-top
+  return resident.ResidentProcess(process, process.initialize())
+
+
+def _resident_round(resident_process, datasets):
+  return lambda: resident_process.commit(resident_process.next(datasets))
+
+
+def _xla_steps(task, args, root: str, mechanisms, num_clients: int, datasets) -> dict:
+  """A round of the in-process runtime (and of its XLA client step) without noise and with
+  BLT noise, as `interleaved_seconds` steps named "<mechanism>_xla[_jit]"."""
+  from dp_fl.execution import learners  # pylint: disable=g-import-not-at-top
+
+  def learner_round(learner):
+    return lambda: learner.commit(learner.next(datasets)[0])
+
+  steps = {}
+  for name in ("none", "blt"):  # The in-process runtime (and its XLA client step).
+    for jit in (False, True) if args.xla_jit else (False,):
+      process = _learning_process(task, args, root, name, mechanisms[name], num_clients,
+                                  runtime="xla", jit_compile=jit)
+      learner = learners.XlaLearner(process, process.initialize(), 1, args.device)
+      steps[f"{name}_xla{'_jit' if jit else ''}"] = learner_round(learner)
+  return steps
+
+
+def _python_driven(process, resident_process, datasets, rounds: int) -> dict:
+  """Rounds driven by calling `process.next(state, data)` from Python instead: the state
+  crosses into and out of the worker every round."""
+  state = resident_process.state()
+  python_times = interleaved_seconds(
+      {"python": lambda: process.next(state, datasets)}, rounds)["python"]
+  return {"python_driven_seconds_per_round": float(np.median(python_times)),
+          "python_driven_times": python_times}
+
+
+def _checkpoint(root: str, blt_state) -> dict:
+  """Median save time, size and restore time of a training checkpoint of the BLT run."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import checkpoints  # pylint: disable=g-import-not-at-top
+  manager = checkpoints.CheckpointManager(os.path.join(root, "ckpt"), keep=1)
+  saves = [manager.save(r, tf.nest.flatten(blt_state), {"scheduler": b"x" * 1000}, {})
+           for r in range(3)]
+  start = time.perf_counter()
+  manager.restore_latest()
+  return {"save_seconds": float(np.median([s["seconds"] for s in saves])),
+          "bytes": saves[-1]["bytes"],
+          "restore_seconds": time.perf_counter() - start,
+          "contents": "model, server momentum, BLT state (4 buffers)"}
+
+
+def _xla_report(times: dict[str, list[float]]) -> dict:
+  """Each in-process setting: its timing and its speed against the C++ worker and plain TF."""
   xla_speed = {name: _ratio_summary(times[name], times[name.split("_xla")[0]])
                for name in times if "_xla" in name}
-  report["xla_runtime"] = {
+  return {
       name: {**timing(times[name]),
              "speed_relative_to_cpp_worker": 1.0 / xla_speed[name]["median"],
              "speed_relative_to_plain_tf": float(np.median(
                  np.array(times["plain_tf"]) / np.array(times[name])))}
       for name in xla_speed}
-  report["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  # The largest finished child: TFF's C++ workers (closed above) hold the worker's rounds.
-  report["peak_memory_worker_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-  report["goals"] = {
+
+
+def _goals(times: dict[str, list[float]]) -> dict:
+  """The issues' goals beside the measured speeds and overheads (per-round ratios)."""
+  speed = _ratio_summary(times["plain_tf"], times["none"])
+  blt_ratio = _ratio_summary(times["blt"], times["none"])
+  dpsgd_ratio = _ratio_summary(times["dpsgd"], times["none"])
+  return {
       "xla_speed_relative_to_cpp_worker_goal": 1.5,
       "xla_speed_relative_to_plain_tf_goal": 1.0,
       "tff_speed_relative_to_plain_tf": speed["median"],
@@ -203,8 +243,6 @@ def main(argv=None) -> int:
       "dpsgd_overhead_percent": 100.0 * (dpsgd_ratio["median"] - 1.0),
       "blt_overhead_goal_percent": 3.0,
   }
-  print(json.dumps(report, indent=1))
-  return 0
 
 
 def _plain_tf_round(task, batches):

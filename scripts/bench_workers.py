@@ -1,6 +1,6 @@
 """Benchmark: rounds/s of the StackOverflow LSTM with the clients on 1, 2 and 4 local TFF
-workers (`--workers`, dp_fl/remote_workers.py) next to the in-process and C++-worker runtimes;
-prints JSON.
+workers (`--workers`, dp_fl/execution/remote_workers.py) next to the in-process and C++-worker
+runtimes; prints JSON.
 
 Every setting runs BLT-DP-FTRL (d = 4) rounds of `--clients` clients, each taking
 `--local_batches` SGD steps on batches of 16 sentences, with the same data; rounds are timed
@@ -25,7 +25,7 @@ import tempfile
 
 import numpy as np
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from scripts import bench_training
 from scripts import worker as worker_script
 
@@ -58,8 +58,8 @@ def main(argv=None) -> int:
   runtime.install_signal_handlers()
   from dp_fl.mechanisms import blt  # pylint: disable=g-import-not-at-top
   from dp_fl.mechanisms import catalog  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import learners  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import learners  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from tasks.stackoverflow import task as so_task  # pylint: disable=g-import-not-at-top
 
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
   with runtime.execution_context():
     try:
       def learner_for(runtime_name, workers=None):
-        config = config_lib.TrainingConfig(
+        config = registry.make_config(
             task=task.name, root_dir=os.path.join(root, runtime_name), rounds=100,
             clients_per_round=args.clients, mechanism="blt", noise_multiplier=1.0,
             participation="uniform", runtime=runtime_name, workers=workers)

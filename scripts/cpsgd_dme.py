@@ -1,62 +1,29 @@
 """Paper 000's distributed mean estimation (DME) study: MSE vs bits per coordinate vs ε.
 
 n clients hold X_i ∈ R^d with ‖X_i‖₂ <= D (D = 1: every MSE ratio is invariant to it); the
-server estimates X̄ = (1/n) Σ_i X_i, and one client's vector may be replaced (replace-one
-neighbours, n public). At every target ε, the same total δ for all methods, one round
-(participations = 1) and each number of quantization levels k:
+server estimates X̄ = (1/n) Σ_i X_i; replace-one neighbours (n public). At every target ε, one
+total δ for all methods, one round and each number of quantization levels k:
 
-* `gaussian` — each client adds N(0, σ²I), σ = 2D√(2 log(1.25/δ))/(√n ε) (Thm. 2);
-* `cpsgd_norot` — s_k(Bin(m, p)) with X_max = D (Thm. 3, Cor. 2);
-* `cpsgd_rot` — Rot(s_k(Bin(m, p)), HA) with X_max = D√(2 log(2nd'/δ)/d') (Thm. 4, Cor. 3);
-* `cpsgd_norot_small_xmax` — an ablation: s_k(Bin(m, p)) at Thm. 4's X_max *without* the
-  rotation that makes that X_max safe (what rotation buys on skewed inputs);
-* `dgauss` — TFF 0.87's distributed discrete Gaussian (`DistributedDpSumFactory`, 'hd'
-  rotation; Kairouz, Liu & Steinke 2021) at B bits, run in TFF.
+* `gaussian` — each client adds N(0, σ²I), σ = 2D√(2 log(1.25/δ))/(√n ε) (Thm. 2), measured
+  as X̄ + N(0, σ²/n · I);
+* the cpSGD variants of `dp_fl.mechanisms.dme.VARIANTS` (Rot(s_k(Bin(m, p)), HA) at Thm. 4's
+  X_max, s_k(Bin(m, p)) at X_max = D, and the ablation without rotation at Thm. 4's X_max),
+  p = 1/2 (Fig. 2), m the smallest number of Binomial trials (to 0.1 %) reaching the target
+  by the Binomial mechanism's Rényi DP (`dp_fl.accounting.cpsgd.trials_for_epsilon`), run
+  together per variant (`dme.shared_mean_estimates`);
+* `dgauss` — TFF 0.87's distributed discrete Gaussian at B bits
+  (`dp_fl.aggregators.distributed_dgauss`: z calibrated by Prop. 14 of arXiv:2102.06387,
+  `dp_fl.accounting.discrete_gaussian`), run in TFF's test C++ context on the first input of
+  --inputs ('hd' rotation: its error is input-independent up to wrap-around), --dgauss_trials
+  times with TFF's own seeds.
 
-cpSGD: p = 1/2 (paper 000, Fig. 2) and m the smallest number of Binomial trials (to 0.1 %)
-whose (ε, δ) — the Binomial mechanism's Rényi DP with Eq. 10's sensitivities,
-`dp_fl.accounting.cpsgd.trials_for_epsilon` — reaches the target. Reported: bits per
-coordinate ⌈log₂(k + m)⌉ (Thm. 3/4's communication: a client's message without secure
-aggregation), the secure-sum width
-⌈log₂(n(k−1+m)+1)⌉ (what each client sends per coordinate *under* secure aggregation), the
-MSE bound (`Protocol.mse_bound`) and the measured MSE (mean ± std over --trials runs), and
-both as ratios to Thm. 2's Gaussian MSE dσ²/n (the paper's reference; the exactly calibrated
-Gaussian, Balle & Wang 2018, is reported beside it as `gaussian_exact_mse`).
-
-**Measured MSE.** One run of a cpSGD protocol is `cpsgd.Protocol.mean_estimate` computed in
-an order that shares work: per repetition the public rotation is drawn once and every client
-chunk is clipped and rotated once, then quantized by s_k for every k (`cpsgd.quantize`), the
-level indices summed; for each ε the noise of the sum, Σ_i Bin(m, p) = Bin(nm, p) per
-coordinate, is added, the sum reduced modulo 2^b (secure aggregation; nothing wraps) and
-decoded (`Protocol.decode`). This has exactly the distribution of `mean_estimate` (tested);
-rows at one k share the quantization draw. The Gaussian is measured as X̄ + N(0, σ²/n · I).
-
-**Distributed discrete Gaussian** (`tff.aggregators.DistributedDpSumFactory` in TFF 0.87,
-mechanism 'distributed_dgauss', rotation 'hd', β = 0, modclip_prob = 1e-4). With noise
-multiplier z, each client rotates, clips to c = D, scales by γ⁻¹ (`_heuristic_scale_factor`:
-k_stddevs = 3.9 standard deviations of the aggregate fit in 2^B), rounds stochastically to
-integers (L2 norm <= c/γ + √d' after rounding, the "inflated" bound), adds discrete Gaussian
-noise N_Z(0, σ²) with σ = ⌈z c/(γ√n)⌉ (TFF's sampler rounds the scale up), and the sum is
-taken modulo 2^B. TFF states no guarantee (its DP event is `UnsupportedDpEvent`); we account
-it by Prop. 14 of Kairouz, Liu & Steinke (arXiv:2102.06387) for the sum of n independent
-N_Z(0, σ²) shares, with replace-one sensitivities Δ₂ = 2 × TFF's scaled inflated L2 bound and
-Δ₁ = 2 × its scaled L1 bound:
-
-    RDP(α) = min{ α/2 · μ₂² + τ d',  α/2 (μ₂² + 2μ₁τ + τ² d'),  α/2 (μ₂ + τ√d')² },
-    μ_q = Δ_q/(√n σ),   τ = 10 Σ_{k=1}^{n−1} exp(−2π²σ² k/(k+1)),
-
-converted to (ε, δ) at the same δ by dp_accounting's RDP conversion, and z is the smallest
-noise multiplier reaching the target ε (`dgauss_setting`). Bits per coordinate = B (the
-client's message and the secure-sum modulus are both B bits). The TFF run uses the test C++
-context (secure-sum intrinsics compiled to plain sums) on the first input of --inputs (its
-'hd' rotation makes its error input-independent up to modular wrap-around), --dgauss_trials
-times; TFF draws its own seeds (not --seed). Its MSE "bound" is d'(σ² + 1/4)/(n γ⁻²), the
-discrete Gaussian's variance (<= σ²) plus stochastic rounding's (<= 1/4), without wraps.
-
-Writes table.json, table.md and dme.png to --out_dir; prints the Markdown table (or JSON
-with --format json). Default run: n = 1000, d = 2^14, ε ∈ {1, 2, 4}, δ = 1e-5, 3 repetitions,
-about 13 minutes on a busy 2-core machine (9 of them calibrating the 54 values of m by the
-Rényi accountant, each once for all inputs):
+Reported: bits per coordinate (a client's message: ⌈log₂(k + m)⌉; B), the secure-sum width
+(⌈log₂(n(k−1+m)+1)⌉; B), the MSE bound and the measured MSE (mean ± std over --trials runs),
+also as ratios to Thm. 2's Gaussian MSE dσ²/n (the paper's reference; the exactly calibrated
+Gaussian, Balle & Wang 2018, is beside it as `gaussian_exact_mse`). Writes table.json, then
+table.md and dme.png from it (`dp_fl.results`), to --out_dir; prints the Markdown table (or
+JSON with --format json). Default run (n = 1000, d = 2^14, ε ∈ {1, 2, 4}, δ = 1e-5, 3
+repetitions): about 13 minutes on a busy 2-core machine, 9 of them calibrating m:
 
   .venv/bin/python -m scripts.cpsgd_dme --out_dir docs/results/cpsgd_dme
 """
@@ -78,287 +45,19 @@ import numpy as np
 
 from dp_fl import _checks
 from dp_fl import exits
-from dp_fl import files
-from dp_fl import runtime
+from dp_fl import results
 from dp_fl.accounting import cpsgd as cpsgd_accounting
 from dp_fl.accounting import zcdp
+from dp_fl.aggregators import distributed_dgauss
+from dp_fl.execution import runtime
 from dp_fl.mechanisms import cpsgd
-from dp_fl.training import figures
+from dp_fl.mechanisms import dme
 
 CLIP_NORM = 1.0  # D. Every MSE ratio below is invariant to it.
 BINOMIAL_P = 0.5  # p of paper 000's experiments (Fig. 2).
 PARTICIPATIONS = 1  # One DME round.
-GAUSSIAN = "gaussian"
-DGAUSS = "dgauss"
-# Rows of clients processed at once: about 2^19 float64 coordinates (4 MB, cache-friendly).
-_CHUNK_COORDINATES = 1 << 19
+GAUSSIAN, DGAUSS = "gaussian", "dgauss"
 _INPUT_MEMORY_LIMIT_BYTES = 4 << 30  # The inputs are held as float32 (n × d).
-# TFF 0.87's DistributedDpSumFactory settings we keep at their defaults.
-DGAUSS_MODCLIP_PROB = 1e-4
-DGAUSS_BETA = 0.0
-DGAUSS_MAX_BITS = 22  # TFF's own limit (float32 arithmetic inside).
-# RDP orders of the discrete Gaussian accounting (integers, as in the DDG paper's code).
-_DGAUSS_ORDERS = tuple(float(a) for a in range(2, 257)) + (320.0, 384.0, 512.0, 768.0,
-                                                           1024.0, 2048.0, 4096.0)
-_DGAUSS_NOISE_MULTIPLIER_RANGE = (1e-3, 1e4)
-
-
-# ----------------------------------------------------------------------------- inputs
-
-def _sphere(rng: np.random.Generator, num_clients: int, dimension: int) -> np.ndarray:
-  out = np.empty((num_clients, dimension), np.float32)
-  chunk_rows = max(1, _CHUNK_COORDINATES // dimension)
-  for start in range(0, num_clients, chunk_rows):
-    g = rng.standard_normal((min(chunk_rows, num_clients - start), dimension))
-    out[start:start + chunk_rows] = g * (CLIP_NORM / np.linalg.norm(g, axis=1, keepdims=True))
-  return out
-
-
-def _spike(rng: np.random.Generator, num_clients: int, dimension: int) -> np.ndarray:
-  del rng  # Deterministic.
-  out = np.zeros((num_clients, dimension), np.float32)
-  out[:, 0] = CLIP_NORM
-  return out
-
-
-def _skewed(rng: np.random.Generator, num_clients: int, dimension: int) -> np.ndarray:
-  out = _sphere(rng, num_clients, dimension) * np.float32(math.sqrt(0.1))
-  heavy = rng.integers(0, min(4, dimension), size=num_clients)
-  out[np.arange(num_clients), heavy] += np.float32(math.sqrt(0.9) * CLIP_NORM)
-  return out * (CLIP_NORM / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
-
-
-@dataclasses.dataclass(frozen=True)
-class InputKind:
-  """A synthetic data set: n vectors of L2 norm D."""
-  name: str
-  description: str
-  make: Callable[[np.random.Generator, int, int], np.ndarray]
-
-
-INPUTS = {i.name: i for i in (
-    InputKind("sphere", "uniform on the sphere of radius D (every coordinate ~ D/√d)", _sphere),
-    InputKind("spike", "every client holds D·e₁ (the whole norm on one coordinate)", _spike),
-    InputKind("skewed", "90% of the squared norm on one of 4 coordinates, the rest uniform "
-              "on the sphere", _skewed),
-)}
-
-
-# ----------------------------------------------------------------------------- cpSGD
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-  """One cpSGD protocol family: whether it rotates, and which X_max it uses."""
-  name: str
-  label: str
-  rotate: bool
-  rotated_x_max: bool  # Thm. 4's X_max (True) or X_max = D (False).
-  source: str
-
-  def x_max(self, num_clients: int, dimension: int, delta: float) -> float:
-    if self.rotated_x_max:
-      return cpsgd.rotated_x_max(CLIP_NORM, num_clients, dimension, delta)
-    return CLIP_NORM
-
-  def accounting_dimension(self, dimension: int) -> int:
-    """The dimension of the integer query: d' (padded) with rotation, d without."""
-    return cpsgd.padded_dimension(dimension) if self.rotate else dimension
-
-
-VARIANTS = {v.name: v for v in (
-    Variant("cpsgd_rot", "Rot(s_k(Bin(m,p)), HA)", True, True, "Thm. 4"),
-    Variant("cpsgd_norot", "s_k(Bin(m,p)), X_max = D", False, False, "Thm. 3"),
-    Variant("cpsgd_norot_small_xmax", "s_k(Bin(m,p)), Thm. 4's X_max, no rotation", False,
-            True, "ablation"),
-)}
-
-
-def cpsgd_mean_estimates(vectors: np.ndarray, protocols: Sequence[cpsgd.Protocol],
-                         rng: np.random.Generator) -> tuple[list[np.ndarray], int]:
-  """One run of every protocol on `vectors`: the server's estimates of the mean, in order.
-
-  The protocols must share `rotate`, `x_max` and `clip_norm` (one `Variant`); they may differ
-  in k, m and p. Same distribution as `protocol.mean_estimate(vectors, rng)` for each (see
-  the module docstring); also returns how many (client, coordinate) values s_k clipped to
-  ±X_max.
-  """
-  first = protocols[0]
-  if any((p.rotate, p.x_max, p.clip_norm) != (first.rotate, first.x_max, first.clip_norm)
-         for p in protocols):
-    raise ValueError("cpsgd_mean_estimates needs protocols of one variant (same rotate, "
-                     "x_max and clip_norm).")
-  n, d = vectors.shape
-  signs = cpsgd.rademacher_signs(rng, d) if first.rotate else None
-  width = cpsgd.padded_dimension(d) if first.rotate else d
-  levels = sorted({p.num_levels for p in protocols})
-  level_sums = {k: np.zeros(width, np.int64) for k in levels}
-  clipped = 0
-  chunk_rows = max(1, _CHUNK_COORDINATES // width)
-  for start in range(0, n, chunk_rows):
-    chunk = cpsgd.clip_l2(vectors[start:start + chunk_rows].astype(np.float64),
-                          first.clip_norm)
-    if signs is not None:
-      chunk = cpsgd.rotate(chunk, signs)
-    clipped += int(np.count_nonzero(np.abs(chunk) > first.x_max))
-    for k in levels:  # s_k of every client in the chunk (Eq. 8), summed.
-      level_sums[k] += cpsgd.quantize(chunk, k, first.x_max, rng).sum(axis=0)
-  estimates = []
-  for protocol in protocols:
-    k, m = protocol.num_levels, protocol.num_trials
-    noise = rng.binomial(n * m, protocol.p, size=width) if m else 0  # Σ_i Bin(m, p).
-    message_sum = (level_sums[k] + noise) % (1 << cpsgd.secure_sum_bits(n, k, m))
-    estimates.append(protocol.decode(message_sum, n, float(n), d, signs))
-  return estimates, clipped
-
-
-# ----------------------------------------------------------------------------- DGauss
-
-@dataclasses.dataclass(frozen=True)
-class DgaussSetting:
-  """What TFF's distributed discrete Gaussian aggregator does at one noise multiplier.
-
-  Attributes:
-    noise_multiplier: z (central noise std / c, before scaling and rounding up).
-    bits: B.
-    scale_factor: γ⁻¹ of `_heuristic_scale_factor`, capped at `MAX_SCALE_FACTOR`.
-    scaled_inflated_l2: TFF's norm bound on a client's rounded, scaled vector.
-    scaled_l1: TFF's L1 bound, ⌈L2 · min(√d', L2)⌉.
-    local_stddev: z c/√n · γ⁻¹, the local noise scale TFF states.
-    sampled_stddev: ⌈local_stddev⌉, the scale its discrete Gaussian sampler uses.
-    padded_dimension: d'.
-    epsilon: ε at δ by Prop. 14 of arXiv:2102.06387 (replace-one), `dgauss_epsilon`.
-    rdp_order: the Rényi order achieving it.
-    tau: τ of Prop. 14.
-  """
-  noise_multiplier: float
-  bits: int
-  scale_factor: float
-  scaled_inflated_l2: float
-  scaled_l1: float
-  local_stddev: float
-  sampled_stddev: int
-  padded_dimension: int
-  epsilon: float
-  rdp_order: float
-  tau: float
-
-  def mse_bound(self, num_clients: int) -> float:
-    """d'(σ² + 1/4)/(n γ⁻²): noise (variance <= σ²) and rounding (<= 1/4), no wraps."""
-    return (self.padded_dimension * (self.sampled_stddev ** 2 + 0.25)
-            / (num_clients * self.scale_factor ** 2))
-
-
-def dgauss_epsilon(l2_sensitivity: float, l1_sensitivity: float, sampled_stddev: float,
-                   num_clients: int, dimension: int, delta: float
-                   ) -> tuple[float, float, float]:
-  """(ε, order, τ) of the sum of n shares N_Z(0, σ²)^d at δ (Prop. 14 of arXiv:2102.06387).
-
-  Args:
-    l2_sensitivity, l1_sensitivity: Δ₂, Δ₁ of the integer sum between neighbours.
-    sampled_stddev: σ of each client's discrete Gaussian share.
-    num_clients: n, the number of shares.
-    dimension: d' (coordinates of the sum).
-    delta: δ.
-  """
-  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
-  n = _checks.check_positive_int("num_clients", num_clients)
-  sigma = _checks.check_positive("sampled_stddev", sampled_stddev)
-  shares = np.arange(1, n, dtype=np.float64)
-  tau = 10.0 * float(np.sum(np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * shares / (shares + 1))))
-  mu2 = l2_sensitivity / (math.sqrt(n) * sigma)
-  mu1 = l1_sensitivity / (math.sqrt(n) * sigma)
-  alpha = np.asarray(_DGAUSS_ORDERS)
-  rdp = np.minimum.reduce([
-      alpha / 2 * mu2 ** 2 + tau * dimension,
-      alpha / 2 * (mu2 ** 2 + 2 * mu1 * tau + tau ** 2 * dimension),
-      alpha / 2 * (mu2 + math.sqrt(dimension) * tau) ** 2])
-  epsilon, order = rdp_privacy_accountant.compute_epsilon(alpha, rdp, delta)
-  return float(epsilon), float(order), tau
-
-
-def dgauss_parameters(noise_multiplier: float, num_clients: int, dimension: int, bits: int,
-                      delta: float) -> DgaussSetting:
-  """What `DistributedDpSumFactory(noise_multiplier, n, bits, c, mechanism=
-  'distributed_dgauss', rotation_type='hd')` will use, by TFF 0.87's own functions, and its ε.
-  """
-  from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
-  padded = cpsgd.padded_dimension(dimension)
-  local = noise_multiplier * CLIP_NORM / math.sqrt(num_clients)
-  k_stddevs = distributed_dp._clip_prob_to_num_stddevs(DGAUSS_MODCLIP_PROB)  # pylint: disable=protected-access
-  scale = float(distributed_dp._heuristic_scale_factor(  # pylint: disable=protected-access
-      local, CLIP_NORM, bits, num_clients, padded, k_stddevs).numpy())
-  if not scale > 0:  # NaN when 2^(2B) < n k_stddevs² (TFF's factory rejects those too).
-    raise ValueError(f"B = {bits} bits cannot hold {k_stddevs:.2f} standard deviations of "
-                     f"the sum of {num_clients} clients (TFF needs 2^(2B) >= n·k²); use "
-                     "more bits.")
-  scale = min(scale, distributed_dp.MAX_SCALE_FACTOR)
-  inflated = float(discretization.inflated_l2_norm_bound(
-      l2_norm_bound=CLIP_NORM, gamma=1.0 / scale, beta=DGAUSS_BETA, dim=padded).numpy())
-  scaled_l2 = (inflated + 1e-5) * scale  # TFF's leeway included, as in its DP query.
-  scaled_l1 = float(math.ceil(scaled_l2 * min(math.sqrt(padded), scaled_l2)))
-  local_scaled = float(np.float32(local * scale))  # TFF's query state is float32.
-  sampled = max(1, math.ceil(local_scaled))
-  epsilon, order, tau = dgauss_epsilon(2.0 * scaled_l2, 2.0 * scaled_l1, sampled, num_clients,
-                                       padded, delta)
-  return DgaussSetting(noise_multiplier, bits, scale, scaled_l2, scaled_l1, local_scaled,
-                       sampled, padded, epsilon, order, tau)
-
-
-def dgauss_setting(epsilon: float, delta: float, num_clients: int, dimension: int,
-                   bits: int) -> DgaussSetting:
-  """The smallest noise multiplier z (to 0.1%) whose `dgauss_parameters` reach ε at δ.
-
-  ε is non-increasing in z (the scaled sensitivity falls and ⌈σ⌉ grows), so a bisection on
-  log z keeps the upper end, whose ε is <= the target.
-
-  Raises:
-    ValueError: when no z up to 1e4 reaches ε: B bits leave too coarse a grid (TFF's
-      rounding inflates the sensitivity by √d' grid steps).
-  """
-  low, high = _DGAUSS_NOISE_MULTIPLIER_RANGE
-  best = dgauss_parameters(high, num_clients, dimension, bits, delta)
-  if best.epsilon > epsilon:
-    raise ValueError(
-        f"no noise multiplier <= {high:g} reaches ε = {epsilon:g} at B = {bits} bits "
-        f"(n = {num_clients}, d' = {best.padded_dimension}): the grid is too coarse "
-        f"(scale {best.scale_factor:.3g}, rounding inflates the L2 bound to "
-        f"{best.scaled_inflated_l2 / best.scale_factor:.3g}·c); use more bits.")
-  while high / low > 1.001:
-    middle = math.sqrt(low * high)
-    candidate = dgauss_parameters(middle, num_clients, dimension, bits, delta)
-    if candidate.epsilon <= epsilon:
-      high, best = middle, candidate
-    else:
-      low = middle
-  return best
-
-
-def dgauss_sum(setting: DgaussSetting, vectors: np.ndarray) -> np.ndarray:
-  """One round of TFF's distributed discrete Gaussian aggregator: the decoded noisy sum.
-
-  Checks that the process TFF built uses the scale, norm bound and noise `setting` was
-  accounted with.
-  """
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
-  n, d = vectors.shape
-  factory = distributed_dp.DistributedDpSumFactory(
-      noise_multiplier=setting.noise_multiplier, expected_clients_per_round=n,
-      bits=setting.bits, l2_clip=CLIP_NORM, modclip_prob=DGAUSS_MODCLIP_PROB,
-      beta=DGAUSS_BETA, mechanism="distributed_dgauss", rotation_type="hd")
-  process = factory.create(tff.TensorType(np.float32, [d]))
-  state = process.initialize()
-  _, discrete, dp_state = factory._unpack_state(state)  # pylint: disable=protected-access
-  query = dp_state.query_state
-  built = (float(discrete["scale_factor"]), float(query.l2_norm_bound),
-           float(query.local_stddev))
-  expected = (setting.scale_factor, setting.scaled_inflated_l2, setting.local_stddev)
-  if not np.allclose(built, expected, rtol=1e-4):
-    raise RuntimeError(f"TFF's DistributedDpSumFactory built (scale, scaled L2 bound, local "
-                       f"stddev) = {built}, but the accounting assumed {expected}.")
-  output = process.next(state, list(vectors))
-  return np.asarray(output.result, np.float64)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -379,16 +78,12 @@ class Study:
   bounds_only: bool = False
 
 
-def _summary(runs: Sequence[float]) -> tuple[Optional[float], Optional[float]]:
-  if not runs:
-    return None, None
-  return float(np.mean(runs)), (float(np.std(runs, ddof=1)) if len(runs) > 1 else None)
-
-
 def _finish(row: dict[str, Any]) -> dict[str, Any]:
-  """Mean ± std of the measured MSE and both MSEs as ratios to Thm. 2's Gaussian."""
-  row["mse_measured"], row["mse_measured_std"] = _summary(row["mse_runs"])
-  row["repetitions"] = len(row["mse_runs"])
+  """Mean ± std (ddof 1) of the measured MSE and both MSEs as ratios to Thm. 2's Gaussian."""
+  runs = row["mse_runs"]
+  row["mse_measured"] = float(np.mean(runs)) if runs else None
+  row["mse_measured_std"] = float(np.std(runs, ddof=1)) if len(runs) > 1 else None
+  row["repetitions"] = len(runs)
   row["clipped_values"] = (float(np.mean(row["clipped_runs"])) if row["clipped_runs"]
                            else None)
   g = row["gaussian_mse"]
@@ -413,8 +108,7 @@ def _base_row(study: Study, input_name: str, method: str, epsilon: float) -> dic
 @functools.lru_cache(maxsize=None)
 def _calibrate(levels: int, x_max: float, dimension: int, clients: int, epsilon: float,
                delta: float) -> tuple[int, float]:
-  """(m, the ε it reaches): the same for every input (and for variants sharing X_max and
-  d), so each is computed once — the Rényi accountant takes seconds per calibration."""
+  """(m, its ε), once for every input and variant sharing (k, X_max, d): seconds each."""
   m = cpsgd_accounting.trials_for_epsilon(levels, BINOMIAL_P, x_max, CLIP_NORM, dimension,
                                           clients, PARTICIPATIONS, epsilon, delta)
   guarantee = cpsgd_accounting.composed_epsilon(levels, m, BINOMIAL_P, x_max, CLIP_NORM,
@@ -426,8 +120,8 @@ def plan_cpsgd(study: Study, input_name: str) -> dict[str, list[tuple[dict, Any]
   """Per variant, (row, Protocol or None) for every (ε, k): m calibrated, bounds computed."""
   n, d, delta = study.clients, study.dimension, study.delta
   plans: dict[str, list[tuple[dict, Any]]] = {}
-  for variant in VARIANTS.values():
-    x_max = variant.x_max(n, d, delta)
+  for variant in dme.VARIANTS.values():
+    x_max = variant.x_max(CLIP_NORM, n, d, delta)
     dim = variant.accounting_dimension(d)
     plans[variant.name] = []
     for epsilon in study.epsilons:
@@ -470,7 +164,7 @@ def _measure(vectors: np.ndarray, gaussian_rows: list[dict[str, Any]],
       ready = [(row, protocol) for row, protocol in plan if protocol is not None]
       if not ready:
         continue
-      estimates, clipped = cpsgd_mean_estimates(vectors, [p for _, p in ready], rng)
+      estimates, clipped = dme.shared_mean_estimates(vectors, [p for _, p in ready], rng)
       for (row, _), estimate in zip(ready, estimates):
         error = estimate - mean
         row["mse_runs"].append(float(error @ error))
@@ -496,7 +190,8 @@ def run(study: Study, progress: Callable[[str], None] = _progress) -> dict[str, 
     plans = plan_cpsgd(study, input_name)
     if not study.bounds_only:
       data_seed, *rep_seeds = seeds.spawn(1 + study.repetitions)
-      vectors = INPUTS[input_name].make(np.random.default_rng(data_seed), n, d)
+      make = dme.INPUTS[input_name].make
+      vectors = make(np.random.default_rng(data_seed), n, d, CLIP_NORM)
       _measure(vectors, gaussian_rows, plans, rep_seeds, progress)
       if input_index == 0:
         dgauss_input = vectors
@@ -510,12 +205,11 @@ def run(study: Study, progress: Callable[[str], None] = _progress) -> dict[str, 
       "setting": dict(dimension=d, padded_dimension=cpsgd.padded_dimension(d), clients=n,
                       epsilons=list(study.epsilons), levels=list(study.levels),
                       delta=study.delta, repetitions=study.repetitions,
-                      inputs=list(study.inputs),
-                      seed=study.seed, dgauss_bits=list(study.dgauss_bits),
-                      dgauss_repetitions=study.dgauss_repetitions,
-                      bounds_only=study.bounds_only, clip_norm=CLIP_NORM,
-                      binomial_p=BINOMIAL_P, participations=PARTICIPATIONS),
-      "inputs": {name: INPUTS[name].description for name in study.inputs},
+                      inputs=list(study.inputs), seed=study.seed,
+                      dgauss_bits=list(study.dgauss_bits),
+                      dgauss_repetitions=study.dgauss_repetitions, bounds_only=study.bounds_only,
+                      clip_norm=CLIP_NORM, binomial_p=BINOMIAL_P, participations=PARTICIPATIONS),
+      "inputs": {name: dme.INPUTS[name].description for name in study.inputs},
       "rows": [_finish(row) for row in rows],
       "seconds": round(time.perf_counter() - started, 1),
   }
@@ -534,7 +228,8 @@ def run_dgauss(study: Study, input_name: str, vectors: Optional[np.ndarray],
                    note="TFF DistributedDpSumFactory('distributed_dgauss', 'hd')")
         rows.append(row)
         try:
-          setting = dgauss_setting(epsilon, study.delta, n, d, bits)
+          setting = distributed_dgauss.calibrated_setting(epsilon, study.delta, n, d, bits,
+                                                          CLIP_NORM)
         except ValueError as e:
           row["note"] = f"not reachable: {e}"
           continue
@@ -547,7 +242,7 @@ def run_dgauss(study: Study, input_name: str, vectors: Optional[np.ndarray],
           progress(f"{input_name}: TFF distributed discrete Gaussian, ε = {epsilon:g}, "
                    f"B = {bits}, z = {setting.noise_multiplier:.4g} ({rep + 1}/"
                    f"{study.dgauss_repetitions})")
-          error = dgauss_sum(setting, vectors) / n - mean
+          error = distributed_dgauss.noisy_sum(setting, vectors, CLIP_NORM) / n - mean
           row["mse_runs"].append(float(error @ error))
   return rows
 
@@ -559,9 +254,7 @@ def _fmt(value: Optional[float], spec: str = ".3g") -> str:
 
 
 def _pm(mean: Optional[float], std: Optional[float]) -> str:
-  if mean is None:
-    return "—"
-  return _fmt(mean) + ("" if std is None else f" ± {std:.2g}")
+  return "—" if mean is None else _fmt(mean) + ("" if std is None else f" ± {std:.2g}")
 
 
 def markdown(output: dict[str, Any]) -> str:
@@ -571,7 +264,7 @@ def markdown(output: dict[str, Any]) -> str:
            f"{s['repetitions']} repetitions", ""]
   for name, description in output["inputs"].items():
     lines.append(f"- input `{name}`: {description}")
-  for variant in VARIANTS.values():
+  for variant in dme.VARIANTS.values():
     lines.append(f"- `{variant.name}`: {variant.label} ({variant.source})")
   lines.append(f"- `{DGAUSS}`: TFF's distributed discrete Gaussian at B bits (ε by Prop. 14 "
                "of arXiv:2102.06387)")
@@ -609,9 +302,8 @@ _STYLES = {"cpsgd_rot": ("-", "o"), "cpsgd_norot": ("--", "s"),
 
 
 def figure(output: dict[str, Any]) -> Any:
-  """Measured MSE ratio to Thm. 2's Gaussian vs bits per coordinate (left: a client's
-  message, right: the secure-sum width), one curve per (method, ε), one row per input.
-  With --bounds_only, the ratio of the MSE bounds."""
+  """MSE / Thm. 2's Gaussian MSE (measured; bounds with --bounds_only) vs bits per coordinate
+  (left: a client's message, right: the secure sum): a curve per (method, ε), row per input."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   s = output["setting"]
   ratio_key = "ratio_bound" if s["bounds_only"] else "ratio_measured"
@@ -686,12 +378,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
   parser.add_argument("--trials", type=int, default=3,
                       help="repetitions of each measured cpSGD/Gaussian MSE")
   parser.add_argument("--inputs", type=_list_of(str, "input names"), default=("sphere", "spike"),
-                      help=f"synthetic inputs, comma-separated, from {sorted(INPUTS)}")
+                      help=f"synthetic inputs, comma-separated, from {sorted(dme.INPUTS)}")
   parser.add_argument("--seed", type=int, default=0, help="seed of the data and the protocols")
   parser.add_argument("--dgauss_bits", type=_list_of(int, "bit widths"),
                       default=(12, 14, 16, 20),
-                      help="bit widths B of TFF's distributed discrete Gaussian, "
-                           f"comma-separated (<= {DGAUSS_MAX_BITS}); 'none' skips it")
+                      help="bit widths B of TFF's distributed discrete Gaussian, comma-"
+                           f"separated (<= {distributed_dgauss.MAX_BITS}); 'none' skips it")
   parser.add_argument("--dgauss_trials", type=int, default=1,
                       help="TFF runs per (ε, B) of the distributed discrete Gaussian")
   parser.add_argument("--bounds_only", action="store_true",
@@ -719,11 +411,12 @@ def study_from_flags(args: argparse.Namespace) -> Study:
                  for k in args.levels)
   delta = _checks.check_delta(args.delta, "--delta")
   repetitions = _checks.check_in_range("--trials", args.trials, 1, 1000, integer=True)
-  unknown = [name for name in args.inputs if name not in INPUTS]
+  unknown = [name for name in args.inputs if name not in dme.INPUTS]
   if unknown:
-    raise ValueError(f"--inputs: unknown input(s) {unknown}; choose from {sorted(INPUTS)}.")
-  bits = tuple(_checks.check_in_range("--dgauss_bits", b, 1, DGAUSS_MAX_BITS, integer=True,
-                                      why="TFF's DistributedDpSumFactory limit")
+    raise ValueError(f"--inputs: unknown input(s) {unknown}; choose from "
+                     f"{sorted(dme.INPUTS)}.")
+  bits = tuple(_checks.check_in_range("--dgauss_bits", b, 1, distributed_dgauss.MAX_BITS,
+                                      integer=True, why="TFF's DistributedDpSumFactory limit")
                for b in args.dgauss_bits)
   if bits and min(bits) < math.log2(n):
     raise ValueError(f"--dgauss_bits={','.join(map(str, bits))}: TFF needs B >= "
@@ -745,11 +438,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output = run(study)
     if args.out_dir:  # Relative to where `bazel run` was called from, if it was.
       out_dir = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), args.out_dir)
-      os.makedirs(out_dir, exist_ok=True)
-      files.atomic_write_json(os.path.join(out_dir, "table.json"), output, indent=1)
-      files.atomic_write_text(os.path.join(out_dir, "table.md"),
-                              markdown(output) + "\n![MSE ratio vs bits](dme.png)\n")
-      figures.save_figure(figure(output), os.path.join(out_dir, "dme.png"))
+      results.write(out_dir, output, "table.json", figures={"dme.png": figure}, markdown={
+          "table.md": lambda data: markdown(data) + "\n![MSE ratio vs bits](dme.png)\n"})
     print(json.dumps(output, indent=1) if args.format == "json" else markdown(output))
     return exits.COMPLETED
 

@@ -13,7 +13,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 _FORMAT = flags.DEFINE_enum("format", "table", ["table", "json"], "Output format.")
 _QUIET = flags.DEFINE_bool("quiet", False, "Print nothing on success (used by bootstrap).")

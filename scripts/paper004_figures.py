@@ -4,13 +4,14 @@
   .venv/bin/python -m scripts.paper004_figures --only=fig02,fig09 --out_dir=/tmp/figs
   .venv/bin/python -m scripts.paper004_figures --replot        # redraw from the JSON only
 
+Each figure is one module of `dp_fl.paper_figures` (`paper004.FIGURES`, in the paper's order):
 Figs. 1-6 (mechanism optimization time, RmsLoss vs min-sep, rounds and participations, and
-robustness to a min-sep other than the one optimized for) come from
-`dp_fl.planning.mechanism_figures`; Figs. 8-10 (ε extrapolated over population, report goal,
-min-sep and rounds; the production BLTs of App. A) from `dp_fl.planning.privacy_figures`.
-Each JSON carries the figure's settings ("caption"), what the paper prints ("paper"), where
-ours differ ("differences") and the paper's claims checked on our numbers ("checks"). The PNG
-is drawn from the JSON read back, so it never shows more than the file beside it.
+robustness to a min-sep other than the one optimized for) and Figs. 8-10 (ε extrapolated over
+population, report goal, min-sep and rounds; the production BLTs of App. A). Each JSON carries
+the figure's settings ("caption"), what the paper prints ("paper"), where ours differ
+("differences") and the paper's claims checked on our numbers ("checks"). The files are
+written by `dp_fl.results` (compute → JSON → draw): the PNG is drawn from the JSON read back,
+so it never shows more than the file beside it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ from typing import Optional, Sequence
 from dp_fl import exits
 from dp_fl import files
 from dp_fl import resources
-from dp_fl.planning import figure_spec
-from dp_fl.planning import mechanism_figures
-from dp_fl.planning import privacy_figures
+from dp_fl import results
+from dp_fl.paper_figures import figure_spec
+from dp_fl.paper_figures import paper004
 
 DEFAULT_OUT_DIR = os.path.join("docs", "figures")
-FIGURES: tuple[figure_spec.PaperFigure, ...] = (mechanism_figures.FIGURES
-                                                + privacy_figures.FIGURES)
+FIGURES: tuple[figure_spec.PaperFigure, ...] = paper004.FIGURES
 
 
 def select(only: Optional[str]) -> tuple[figure_spec.PaperFigure, ...]:
@@ -49,12 +49,10 @@ def select(only: Optional[str]) -> tuple[figure_spec.PaperFigure, ...]:
   return tuple(chosen)
 
 
-def draw_from_file(figure: figure_spec.PaperFigure, json_path: str) -> str:
-  """Draws `figure` from its JSON file alone; returns the PNG path written beside it."""
-  from dp_fl.training import figures  # pylint: disable=g-import-not-at-top
+def read_figure(figure: figure_spec.PaperFigure, json_path: str) -> dict:
+  """`figure`'s JSON file, checked to be a figure JSON of that figure."""
   try:
-    with open(json_path, encoding="utf-8") as f:
-      data = json.load(f)
+    data = results.read(json_path)
   except (OSError, json.JSONDecodeError) as e:
     raise ValueError(f"--replot: {json_path!r} is not a readable figure JSON ({e}); run "
                      "without --replot to compute it.") from e
@@ -62,29 +60,41 @@ def draw_from_file(figure: figure_spec.PaperFigure, json_path: str) -> str:
   if data.get("figure") != figure.name:
     raise ValueError(f"--replot: {json_path!r} holds figure {data.get('figure')!r}, not "
                      f"{figure.name!r}; run without --replot to compute it.")
-  png = json_path[:-len(".json")] + ".png"
-  drawn = figure.draw(data)
-  if data.get("quick"):
-    drawn.text(0.5, 0.002, "QUICK settings (scaled down for tests): not the paper's figure",
-               ha="center", va="bottom", color="tab:red", fontsize=9)
-  figures.save_figure(drawn, png)
-  return png
+  return data
+
+
+def _stamped_drawing(figure: figure_spec.PaperFigure):
+  """`figure.draw`, stamped as not the paper's figure when the data is from quick settings."""
+
+  def draw(data):
+    drawn = figure.draw(data)
+    if data.get("quick"):
+      drawn.text(0.5, 0.002, "QUICK settings (scaled down for tests): not the paper's figure",
+                 ha="center", va="bottom", color="tab:red", fontsize=9)
+    return drawn
+
+  return draw
 
 
 def run(chosen: Sequence[figure_spec.PaperFigure], out_dir: str, quick: bool,
         replot: bool) -> list[dict]:
-  """Computes (unless `replot`) and draws each figure; one summary row per figure."""
+  """Computes (unless `replot`) and draws each figure; one summary row per figure.
+
+  compute → JSON → draw (`dp_fl.results`): the PNG is drawn from the JSON read back; with
+  `replot` from the JSON already in `out_dir`.
+  """
   rows = []
   for figure in chosen:
     json_path = os.path.join(out_dir, figure.name + ".json")
+    png_name = figure.name + ".png"
     start = time.perf_counter()
     if not replot:
       data = dict(figure_spec.check_data(figure, figure.compute(quick)), figure=figure.name,
                   quick=quick)
-      files.atomic_write_json(json_path, data, indent=1)
-    png = draw_from_file(figure, json_path)
-    with open(json_path, encoding="utf-8") as f:
-      checks = json.load(f).get("checks", [])
+      results.write_json(json_path, data, indent=1)
+    data = read_figure(figure, json_path)
+    png = results.draw(out_dir, data, figures={png_name: _stamped_drawing(figure)})[png_name]
+    checks = data.get("checks", [])
     rows.append({"figure": figure.name, "title": figure.title, "json": json_path, "png": png,
                  "seconds": time.perf_counter() - start,
                  "claims_hold": sum(bool(c.get("holds")) for c in checks),

@@ -23,6 +23,7 @@ import warnings
 # banded_inverse and bsr register bisr, bandinvmf and bsr with the catalog.
 from dp_fl.mechanisms import banded_inverse  # pylint: disable=unused-import
 from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import blt_optimize
 from dp_fl.mechanisms import bsr  # pylint: disable=unused-import
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity
@@ -79,7 +80,8 @@ def _row(label: str, spec: dict, paper_max: float, paper_rms: float) -> dict:
     if spec["name"] == "blt":
       with warnings.catch_warnings():
         warnings.simplefilter("ignore", blt.ParticipationReducedWarning)
-        params = blt.optimize_blt(ROUNDS, MIN_SEP, spec["k"], spec["buffers"], "max").blt
+        params = blt_optimize.optimize_blt(ROUNDS, MIN_SEP, spec["k"], spec["buffers"],
+                                           "max").blt
       mechanism = catalog.BltMechanism(params)
     else:  # BandMF for RmsLoss (its objective); the others * (optimized) for MaxLoss.
       mechanism = catalog.build(spec["name"], rounds=ROUNDS, min_sep=MIN_SEP,

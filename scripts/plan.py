@@ -28,6 +28,7 @@ from dp_fl import _checks
 from dp_fl import exits
 from dp_fl import files
 from dp_fl import resources
+from dp_fl import results
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import availability as availability_lib
 from dp_fl.planning import plan as plan_lib
@@ -118,11 +119,9 @@ def write_outputs(plan: plan_lib.Plan, out_dir: str) -> dict[str, str]:
     path = os.path.join(out_dir, f"{mechanism.name}.json")
     files.atomic_write_json(path, mechanism.params, indent=1)
     params[mechanism.name] = path
-  files.atomic_write_json(os.path.join(out_dir, PLAN_JSON), plan_data(plan, params), indent=1)
-  from dp_fl.training import figures  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(out_dir, PLAN_JSON), encoding="utf-8") as f:  # Drawn from the file.
-    figures.save_figure(plan_lib.epsilon_figure(json.load(f)),
-                        os.path.join(out_dir, EPSILON_PNG))
+  # compute → JSON → draw: the figure is drawn from plan.json read back.
+  results.write(out_dir, plan_data(plan, params), PLAN_JSON,
+                figures={EPSILON_PNG: plan_lib.epsilon_figure})
   return params
 
 

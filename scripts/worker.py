@@ -6,7 +6,7 @@
 A training process started with `--workers=host1:8000,host2:8000` (docs/DISTRIBUTED.md) sends
 its round's client work to such workers over TFF's gRPC executor protocol. The server is the
 `worker_binary` shipped in the tensorflow-federated wheel (`<tff>/data/worker_binary`); this
-launcher adds dp_fl's lifecycle guarantees (`dp_fl/runtime.py`):
+launcher adds dp_fl's lifecycle guarantees (`dp_fl/execution/runtime.py`):
 
 * the worker is started by `runtime`'s guarded Popen: the kernel SIGKILLs it when the launcher
   dies, even by SIGKILL (`PR_SET_PDEATHSIG`), it leaves the launcher's process group (a Ctrl-C
@@ -19,7 +19,8 @@ launcher adds dp_fl's lifecycle guarantees (`dp_fl/runtime.py`):
   message naming the port and the worker's exit status — never a launcher that serves nothing;
 * the worker runs in a private temporary directory holding dp_fl's version stamp (the dp_fl
   release, TFF and TensorFlow versions: `runtime.worker_stamp`); a training process reads it
-  through the worker and refuses a worker of another version (`dp_fl/remote_workers.py`).
+  through the worker and refuses a worker of another version
+  (`dp_fl/execution/remote_workers.py`).
 
 **Network exposure (measured).** `worker_binary` has no bind-address flag and no TLS: it
 listens on every interface of the host (`[::]:PORT`, dual-stack) and its gRPC channel is
@@ -61,7 +62,7 @@ from typing import Optional, Sequence
 from dp_fl import _checks
 from dp_fl import exits
 from dp_fl import files
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.training import policies
 
 _LOOPBACK = ("127.0.0.1", "localhost")
@@ -162,12 +163,12 @@ def check_port_available(port: int) -> int:
 
 def start_worker(binary: str, port: int, max_concurrent_computation_calls: int,
                  run_dir: str, stamp: Optional[dict[str, str]] = None) -> subprocess.Popen:
-  """Starts `worker_binary` through dp_fl.runtime's guarded Popen: parent-death SIGKILL, its
-  own process group, tracked for `runtime.shutdown_workers` and the `atexit` hook.
+  """Starts `worker_binary` through dp_fl.execution.runtime's guarded Popen: parent-death
+  SIGKILL, its own process group, tracked for `runtime.shutdown_workers` and the `atexit` hook.
 
   It runs in `run_dir`, where dp_fl's version stamp is written first (`stamp`, default this
   environment's `runtime.worker_stamp()`): training processes read it back through the worker
-  and refuse a worker of another version (`dp_fl/remote_workers.py`).
+  and refuse a worker of another version (`dp_fl/execution/remote_workers.py`).
 
   Its log goes to this launcher's stderr (its stdout too, so that `--format json` output stays
   clean) when `runtime.configure_logging` was given a verbosity >= 1, else to /dev/null.

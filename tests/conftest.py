@@ -1,7 +1,7 @@
-"""Test-wide setup: dp_fl.runtime's exit hook settles TFF's executor objects in every test
-process (no "Exception ignored in ServiceManager.__del__" at exit, no worker left behind)."""
+"""Test-wide setup: dp_fl.execution.runtime's exit hook settles TFF's executor objects in every
+test process (no "Exception ignored in ServiceManager.__del__" at exit, no worker left behind)."""
 
-from dp_fl import runtime  # pylint: disable=unused-import
+from dp_fl.execution import runtime  # pylint: disable=unused-import
 
 import os  # pylint: disable=g-import-not-at-top,wrong-import-order
 

@@ -31,12 +31,15 @@ import warnings
 from typing import Any, Optional
 
 import numpy as np
-from scipy import optimize
 
 from dp_fl import _checks
+from dp_fl import root_finding
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import dpfedavg
+from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
+from dp_fl.mechanisms import catalog
 
 BALLS_IN_BINS = "balls_in_bins"
 CYCLIC_POISSON = "cyclic_poisson"
@@ -161,11 +164,11 @@ def _check_release_args(delta: float, delta_verify: Optional[float], calibration
                         ) -> tuple[float, float, int, int]:
   d = _checks.check_open_unit("delta", delta)
   dv = verify_ratio * d if delta_verify is None else delta_verify
-  dv, d = balls_in_bins._check_verify_pair(dv, d)  # pylint: disable=protected-access
+  dv, d = verification.check_verify_pair(dv, d)
   if not (calibration_margin >= 0.0 and math.isfinite(calibration_margin)):
     raise ValueError(f"`calibration_margin` must be a finite number >= 0; got "
                      f"{calibration_margin!r} (e.g. {DEFAULT_CALIBRATION_MARGIN}).")
-  required = balls_in_bins.required_num_samples(dv, d)
+  required = verification.required_num_samples(dv, d)
   m = required if num_samples is None else _checks.check_positive_int(
       "num_samples", num_samples)
   if m < required:
@@ -186,7 +189,7 @@ def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: fl
                              delta: float, delta_verify: Optional[float] = None,
                              calibration_margin: float = DEFAULT_CALIBRATION_MARGIN,
                              num_samples: Optional[int] = None, seed: Optional[int] = None,
-                             verify_ratio: float = balls_in_bins.DEFAULT_VERIFY_RATIO
+                             verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
                              ) -> MonteCarloRelease:
   """σ for (ε, δ) under balls-in-bins batching, by Estimate-Verify-Release (paper 003).
 
@@ -229,7 +232,7 @@ def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: fl
 def release_verified(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: float,
                      epsilon: float, delta: float, delta_verify: Optional[float] = None,
                      num_samples: Optional[int] = None, seed: Optional[int] = None,
-                     verify_ratio: float = balls_in_bins.DEFAULT_VERIFY_RATIO
+                     verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
                      ) -> MonteCarloRelease:
   """(ε, δ) given in advance, verified at σ by Alg. 1 on a fresh sample (paper 003).
 
@@ -294,17 +297,15 @@ def _epsilon_on_sample(losses: np.ndarray, delta: float, upper: float) -> float:
 
   if excess(0.0) <= 0.0:
     return 0.0
-  hi = max(upper, 1e-6)
-  while excess(hi) > 0.0:
-    hi *= 2.0
-  return float(optimize.brentq(excess, 0.0, hi, xtol=1e-10, rtol=1e-10))
+  _, hi = root_finding.expand_up(lambda eps: excess(eps) > 0.0, 0.0, max(upper, 1e-6))
+  return root_finding.brent(excess, 0.0, hi, xtol=1e-10, rtol=1e-10)
 
 
 def release_epsilon(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: float,
                     delta: float, delta_verify: Optional[float] = None,
                     calibration_margin: float = DEFAULT_CALIBRATION_MARGIN,
                     num_samples: Optional[int] = None, seed: Optional[int] = None,
-                    verify_ratio: float = balls_in_bins.DEFAULT_VERIFY_RATIO
+                    verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
                     ) -> MonteCarloRelease:
   """ε at δ for a given σ under balls-in-bins batching, by Estimate-Verify-Release.
 
@@ -337,6 +338,16 @@ def release_epsilon(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: fl
     ver = _verify(pair, sigma, eps, d, dv, m, ver_seed)
   return _release(pair, ver, "epsilon", required, (cal_seed, ver_seed), margin, eps_star,
                   cal_hat, cal_se)
+
+
+def balls_in_bins_pair(mechanism: catalog.Mechanism, *, num_bins: int,
+                       rounds: int) -> balls_in_bins.BallsInBinsPair:
+  """The dominating pair (paper 003, Lemma 3.2) of `mechanism`'s C over n = `rounds` rounds
+  of b = `num_bins` bins (E = ⌈n/b⌉ epochs, the last possibly cut short). Raises for a C
+  Lemma 3.2 does not cover (not square lower-triangular, or negative entries)."""
+  return balls_in_bins.dominating_pair(
+      num_bins=num_bins, num_epochs=balls_in_bins.epochs_for(rounds, num_bins), rounds=rounds,
+      **mechanism.lower_triangular_input(rounds))
 
 
 # ---------------------------------------------------------------------------------------
@@ -380,7 +391,7 @@ def _cyclic_args(column_norm, sampling_probability, num_groups, rounds):
     raise ValueError(f"`sampling_probability` must be in (0, 1]; got {sampling_probability!r}.")
   b = _checks.check_positive_int("num_groups", num_groups)
   n = _checks.check_positive_int("rounds", rounds)
-  return norm, q, b, n, -(-n // b)
+  return norm, q, b, n, sensitivity_lib.participation_cap(n, b)
 
 
 def cyclic_poisson_epsilon(noise_multiplier: float, *, column_norm: float,
@@ -441,3 +452,27 @@ def cyclic_poisson_noise_multiplier(target_epsilon: float, *, column_norm: float
         lambda z: dpfedavg.pld_epsilon(q, z, compositions, d, interval), target_epsilon,
         max(relative_tolerance, 1e-4), upper=z)
   return round_up(z * norm)
+
+
+def banded_bands(mechanism: catalog.Mechanism) -> int:
+  """Bands of C: 1 for DP-SGD, p for a banded C (BandMF, BSR); refused for a C that is not
+  banded, whose columns the cyclic Poisson analysis cannot take as disjoint."""
+  if isinstance(mechanism, catalog.DpSgdMechanism):
+    return 1
+  if isinstance(mechanism, catalog.BandedMechanism):
+    return mechanism.banded.bands
+  raise ValueError(
+      f"--participation=cyclic_poisson needs a banded C (--mechanism=bandmf, bsr or dpsgd): its "
+      f"analysis needs the rounds of one client to touch disjoint rows of C, which the "
+      f"{mechanism.name} mechanism's C does not give. Use --participation=balls_in_bins "
+      "for any C.")
+
+
+def cyclic_poisson_args(mechanism: catalog.Mechanism, *, sampling_probability: float,
+                        num_groups: int, rounds: int, delta: float) -> dict[str, Any]:
+  """The keyword arguments of `cyclic_poisson_epsilon` and `cyclic_poisson_noise_multiplier`
+  for `mechanism`'s C over n = `rounds` rounds: its largest column norm (the sensitivity of
+  one participation), q, G, n, δ. The caller checks C has at most G bands (`banded_bands`)."""
+  column_norm = mechanism.sensitivity(rounds, rounds, 1).guaranteed
+  return dict(column_norm=column_norm, sampling_probability=sampling_probability,
+              num_groups=num_groups, rounds=rounds, delta=delta)

@@ -52,11 +52,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-from scipy import optimize
 from scipy import special
 
 from dp_fl import _checks
 from dp_fl import resources
+from dp_fl import root_finding
+from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
 
 # Rows per independent RNG stream; `chunk_size` must be a multiple of it.
@@ -78,8 +79,6 @@ _BRACKET_RATIO = 1.25
 # Below these the estimate is flagged with an InsufficientSamplesWarning.
 MIN_TAIL_SAMPLES = 30
 MAX_RELATIVE_STANDARD_ERROR = 0.1
-# Default ratio delta_verify / delta (paper 003 Sec. 5.2: 8e-6 for 1e-5).
-DEFAULT_VERIFY_RATIO = 0.8
 
 SeedLike = int | np.random.SeedSequence | np.random.Generator
 
@@ -678,23 +677,17 @@ def _screen(stream: _SampleStream, m: int, eps: float, lo: float, hi: float,
 
 def _brent(ev: _Evaluator, delta: float, lo: float, hi: float,
            rtol: float) -> float:
-  return optimize.brentq(lambda s: ev.delta(s) - delta, lo, hi,
-                         xtol=rtol * lo, rtol=max(rtol, 1e-15), maxiter=200)
+  return root_finding.brent(lambda s: ev.delta(s) - delta, lo, hi,
+                            xtol=rtol * lo, rtol=max(rtol, 1e-15), maxiter=200)
 
 
 def _find_bracket(ev: _Evaluator, delta: float, lo: float,
                   hi: float) -> tuple[float, float]:
   """Moves [lo, hi] until delta_hat(lo) > delta >= delta_hat(hi)."""
-  for _ in range(200):
-    if ev.delta(hi) > delta:
-      lo, hi = hi, hi * 2.0
-    elif ev.delta(lo) <= delta:
-      lo, hi = lo / 2.0, lo
-    else:
-      return lo, hi
-  raise ValueError(
-      f"could not bracket delta_hat(sigma) = delta = {delta!r} within "
-      f"[{lo!r}, {hi!r}]; check that C is non-degenerate.")
+  return root_finding.expand_both(
+      lambda s: ev.delta(s) > delta, lambda s: ev.delta(s) <= delta, lo, hi, max_steps=200,
+      unreachable=lambda lo, hi: (f"could not bracket delta_hat(sigma) = delta = {delta!r} "
+                                  f"within [{lo!r}, {hi!r}]; check that C is non-degenerate."))
 
 
 def _solve_level(stream: _SampleStream, m: int, eps: float, delta: float,
@@ -803,84 +796,11 @@ def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
 # --------------------------------------------------------------------------
 
 
-def _bernoulli_kl(a: float, p: float) -> float:
-  return float(special.rel_entr(a, p) + special.rel_entr(1.0 - a, 1.0 - p))
-
-
-def _check_verify_pair(delta_verify: Any, delta: Any) -> tuple[float, float]:
-  dv = _checks.check_open_unit("delta_verify", delta_verify)
-  d = _checks.check_open_unit("delta", delta)
-  if dv >= d:
-    raise ValueError(
-        f"`delta_verify` must be smaller than the released `delta` = {d!r} "
-        f"(Thm. 2.1: delta = tau * delta_verify, tau > 1); got {dv!r}. Use e.g. "
-        f"delta_verify = {DEFAULT_VERIFY_RATIO} * delta.")
-  return dv, d
-
-
-def verification_failure_probability(num_samples: int, delta_verify: float,
-                                     delta: float) -> float:
-  """Bound on P[delta_hat <= delta_verify] when H_{e^eps}(P, Q) >= delta.
-
-  delta_hat is a mean of m i.i.d. [0, 1] variables, so by the Chernoff-
-  Hoeffding bound P[delta_hat <= delta_verify] <= exp(-m KL(delta_verify ||
-  H)) <= exp(-m KL(delta_verify || delta)) for H >= delta (KL between
-  Bernoullis). Thm. 2.1 (paper 003) needs this to be <= delta.
-  """
-  m = _checks.check_positive_int("num_samples", num_samples)
-  dv, d = _check_verify_pair(delta_verify, delta)
-  return math.exp(-m * _bernoulli_kl(dv, d))
-
-
-def required_num_samples(delta_verify: float, delta: float) -> int:
-  """Smallest m with verification_failure_probability(m, ...) <= delta.
-
-  With this many samples Alg. 1 with threshold delta_verify is (eps, delta)-DP
-  (Thm. 2.1 of paper 003 with tau = delta / delta_verify). For delta = 1e-5 and
-  delta_verify = 8e-6 this is about 5.4e7.
-  """
-  dv, d = _check_verify_pair(delta_verify, delta)
-  return int(math.ceil(math.log(1.0 / d) / _bernoulli_kl(dv, d)))
-
-
-@dataclasses.dataclass(frozen=True)
-class VerificationResult:
-  """Outcome of Estimate-Verify-Release (Alg. 1 of paper 003).
-
-  Attributes:
-    verified: delta_hat <= delta_verify; Alg. 1 released iff True (else it
-      returned bottom).
-    epsilon, delta: the guarantee Alg. 1 satisfies (Thm. 2.1).
-    delta_verify: the verification threshold (delta / tau).
-    noise_multiplier: sigma verified.
-    delta_hat, standard_error, num_tail_samples: the estimate on the fresh
-      sample.
-    num_samples: m used.
-    required_num_samples: smallest m for which Thm. 2.1 applies.
-    failure_probability: Chernoff bound on P[verified] were the true delta
-      above `delta` (must be <= delta).
-    output: what `release()` returned if verified, else None.
-  """
-
-  verified: bool
-  epsilon: float
-  delta: float
-  delta_verify: float
-  noise_multiplier: float
-  delta_hat: float
-  standard_error: float
-  num_tail_samples: int
-  num_samples: int
-  required_num_samples: int
-  failure_probability: float
-  output: Any = None
-
-
 def estimate_verify_release(
     pair: BallsInBinsPair, *, noise_multiplier: float, epsilon: float,
     delta: float, seed: SeedLike, delta_verify: float | None = None,
     num_samples: int | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE,
-    release: Callable[[], Any] | None = None) -> VerificationResult:
+    release: Callable[[], Any] | None = None) -> verification.VerificationResult:
   """Alg. 1 of paper 003 (Estimate-Verify-Release of Wang et al. 2023).
 
   Estimates delta_hat(sigma) on a sample drawn from `seed` (which must be
@@ -898,7 +818,7 @@ def estimate_verify_release(
     epsilon: eps > 0.
     delta: the delta to release, in (0, 1).
     seed: fresh randomness for the verification sample.
-    delta_verify: threshold, default DEFAULT_VERIFY_RATIO * delta.
+    delta_verify: threshold, default verification.DEFAULT_VERIFY_RATIO * delta.
     num_samples: m, default (and minimum) `required_num_samples`.
     chunk_size: rows per chunk (memory O(chunk_size * b)).
     release: zero-argument callable run only if verified (the mechanism M(D)).
@@ -909,16 +829,16 @@ def estimate_verify_release(
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   eps = _checks.check_positive("epsilon", epsilon)
   d = _checks.check_open_unit("delta", delta)
-  dv = DEFAULT_VERIFY_RATIO * d if delta_verify is None else delta_verify
-  dv, d = _check_verify_pair(dv, d)
-  need = required_num_samples(dv, d)
+  dv = verification.DEFAULT_VERIFY_RATIO * d if delta_verify is None else delta_verify
+  dv, d = verification.check_verify_pair(dv, d)
+  need = verification.required_num_samples(dv, d)
   m = need if num_samples is None else _checks.check_positive_int(
       "num_samples", num_samples)
   if m < need:
     raise ValueError(
         f"`num_samples` = {m} is too small for Estimate-Verify-Release at "
         f"delta_verify={dv!r}, delta={d!r}: the failure probability bound "
-        f"{verification_failure_probability(m, dv, d):.3g} exceeds delta "
+        f"{verification.verification_failure_probability(m, dv, d):.3g} exceeds delta "
         f"(Thm. 2.1). Use num_samples >= {need}, or a smaller delta_verify / "
         "delta ratio.")
   if release is not None and not callable(release):
@@ -931,10 +851,10 @@ def estimate_verify_release(
   mean, se = _mean_and_se(stats, m)
   verified = mean <= dv
   output = release() if (verified and release is not None) else None
-  return VerificationResult(
+  return verification.VerificationResult(
       verified=bool(verified), epsilon=eps, delta=d, delta_verify=dv,
       noise_multiplier=sigma, delta_hat=mean, standard_error=se,
       num_tail_samples=stats.num_tail, num_samples=m,
       required_num_samples=need,
-      failure_probability=verification_failure_probability(m, dv, d),
+      failure_probability=verification.verification_failure_probability(m, dv, d),
       output=output)

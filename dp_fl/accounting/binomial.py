@@ -40,6 +40,7 @@ import math
 from typing import Any
 
 from dp_fl import _checks
+from dp_fl.mechanisms import cpsgd
 
 
 THEOREM_1_MAX_EPSILON = 1.0  # The Gaussian bound behind Eq. 6 is proved for ε < 1.
@@ -85,13 +86,6 @@ def check_binomial_condition(
         f"2Δ∞/s) = {needed:.6g}; got num_trials={n}, p={p} giving {variance:.6g}. Increase "
         f"`num_trials` to at least {min_n} (or increase `scale` / reduce `linf_sensitivity`"
         " if the 2Δ∞/s term dominates).")
-
-
-def bits_per_coordinate(num_quantization_levels: int, num_trials: int) -> int:
-  """⌈log₂(k + m)⌉ bits per coordinate per client (paper 000, Thm. 3)."""
-  k = _checks.check_positive_int("num_quantization_levels", num_quantization_levels)
-  m = _checks.check_nonnegative_int("num_trials", num_trials)
-  return max(1, (k + m - 1).bit_length())  # Messages in {0, …, k−1+m}.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,4 +191,4 @@ def binomial_mechanism_epsilon(
       third_term=third, noise_std=s * math.sqrt(variance),
       mean_squared_error=d * s * s * variance,
       num_quantization_levels=int(num_quantization_levels),
-      bits_per_coordinate=bits_per_coordinate(num_quantization_levels, n))
+      bits_per_coordinate=cpsgd.bits_per_coordinate(num_quantization_levels, n))

@@ -49,8 +49,10 @@ from typing import Any
 import numpy as np
 
 from dp_fl import _checks
+from dp_fl import root_finding
 from dp_fl.accounting import binomial
 from dp_fl.accounting import binomial_rdp
+from dp_fl.mechanisms import cpsgd as cpsgd_math
 
 SENSITIVITY_DELTA_SHARE = 0.5  # k·δ_q = this share of δ; the RDP conversion gets the rest.
 ORDERS_AROUND_BEST = 4  # Orders evaluated on each side of the Gaussian-predicted best one.
@@ -139,7 +141,7 @@ def composed_epsilon(num_levels: int, num_trials: int, p: float, x_max: float,
   check_symmetric(p)
   m = _checks.check_nonnegative_int("num_trials", num_trials)
   n = _checks.check_nonnegative_int("cohort", cohort)
-  bits = binomial.bits_per_coordinate(num_levels, m)
+  bits = cpsgd_math.bits_per_coordinate(num_levels, m)
   if k == 0:
     return CpSgdGuarantee(0.0, 0.0, 0, n, m, 0.0, math.nan, (0.0, 0.0, 0.0), 0.0, "none", bits)
 
@@ -173,16 +175,21 @@ def trials_for_epsilon(num_levels: int, p: float, x_max: float, clip_norm: float
   check_symmetric(p)
   n = _checks.check_positive_int("cohort", cohort)
 
-  def eps(m):
-    return composed_epsilon(num_levels, m, p, x_max, clip_norm, dimension, n,
-                            participations, delta).epsilon
+  values: dict[int, float] = {}  # ε(m) is pure and takes seconds: each m computed once.
 
-  def too_many(m):
-    return ValueError(
+  def eps(m):
+    if m not in values:
+      values[m] = composed_epsilon(num_levels, m, p, x_max, clip_norm, dimension, n,
+                                   participations, delta).epsilon
+    return values[m]
+
+  def too_many(low, high):
+    del low
+    return (
         f"No number of Binomial trials m <= {max_trials} reaches ε = {epsilon:g} at "
         f"δ = {delta:g} for k = {num_levels} levels, X_max = {x_max:g}, d = {dimension}, "
-        f"n = {cohort} (m = {m} gives ε = {eps(min(m, max_trials)):.4g}). Use a larger ε, or "
-        "more clients per round.")
+        f"n = {cohort} (m = {high} gives ε = {eps(min(high, max_trials)):.4g}). Use a larger "
+        "ε, or more clients per round.")
 
   # First guess: the Gaussian of the same variance N/4 is ρ-zCDP with ρ = 2kΔ₂²/N, and
   # ρ = (√(ε + log 1/δ) − √(log 1/δ))² reaches about ε.
@@ -191,32 +198,16 @@ def trials_for_epsilon(num_levels: int, p: float, x_max: float, clip_norm: float
                            SENSITIVITY_DELTA_SHARE * delta / k)
   rho = (math.sqrt(target + math.log(1 / delta)) - math.sqrt(math.log(1 / delta))) ** 2
   guess = min(max_trials, max(1, math.ceil(2.0 * k * l2 * l2 / rho / n)))
+  # A bracket (low, high] of integers: halving from the guess while it meets the target
+  # (low = 0: no m below meets it), else doubling up to max_trials.
   if eps(guess) <= target:
-    high, low = guess, guess // 2
-    while low >= 1 and eps(low) <= target:
-      high, low = low, low // 2
+    low, high = root_finding.expand_down(lambda m: eps(m) <= target, guess // 2, guess,
+                                         factor=2, floor=0)
   else:
-    low, high = guess, 2 * guess
-    while eps(high) > target:
-      if high >= max_trials:
-        raise too_many(high)
-      low, high = high, min(max_trials, 2 * high)
-  # Regula falsi on log ε against log m (smooth, nearly linear), kept inside the bracket's
-  # middle 80 % so that every step shrinks it.
-  eps_low = eps(low) if low >= 1 else math.inf
-  eps_high = eps(high)
-  while high - low > max(1, int(relative_tolerance * high)):
-    if low >= 1 and math.isfinite(eps_low) and eps_high > 0:
-      slope = (math.log(eps_high) - math.log(eps_low)) / (math.log(high) - math.log(low))
-      guess = math.exp(math.log(low) + (math.log(target) - math.log(eps_low)) / slope)
-    else:
-      guess = (low + high) / 2
-    margin = 0.1 * (high - low)
-    mid = int(min(max(guess, low + margin), high - margin))
-    mid = min(max(mid, low + 1), high - 1)
-    value = eps(mid)
-    if value <= target:
-      high, eps_high = mid, value
-    else:
-      low, eps_low = mid, value
-  return high
+    low, high = root_finding.expand_up(lambda m: eps(m) > target, guess, 2 * guess,
+                                       factor=2, limit=max_trials, clamp_to_limit=True,
+                                       unreachable=too_many)
+  # Regula falsi on log ε against log m (smooth, nearly linear).
+  return root_finding.smallest_integer(eps, target, low, high,
+                                       method=root_finding.REGULA_FALSI,
+                                       relative_tolerance=relative_tolerance)

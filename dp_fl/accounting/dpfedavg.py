@@ -34,6 +34,7 @@ import numpy as np
 from scipy import special
 
 from dp_fl import _checks
+from dp_fl import root_finding
 
 MOMENTS_ACCOUNTANT = "moments_accountant"
 RDP = "rdp"
@@ -321,22 +322,17 @@ def smallest_noise_multiplier(epsilon: Callable[[float], float], target_epsilon:
   of the final bracket, so the z returned always meets the target (conservative)."""
   target = _checks.check_positive("target_epsilon", target_epsilon)
   tol = _checks.check_positive("relative_tolerance", relative_tolerance)
+  short = lambda z: epsilon(z) > target
   if upper is not None:
     hi = _checks.check_positive("upper", upper)
-    lo = hi / 2.0
-    while epsilon(lo) <= target and lo > 1e-6:
-      lo, hi = lo / 2.0, lo
+    lo, hi = root_finding.expand_down(lambda z: epsilon(z) <= target, hi / 2.0, hi,
+                                      floor=1e-6)
   else:
-    lo, hi = 1e-3, 1.0
-    while epsilon(hi) > target:
-      lo, hi = hi, 2.0 * hi
-      if hi > 1e6:
-        raise ValueError(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier "
-                         "above 1e6; raise the target or lower the rounds / sampling rate.")
-  while hi / lo - 1.0 > tol:
-    mid = math.sqrt(lo * hi)
-    lo, hi = (mid, hi) if epsilon(mid) > target else (lo, mid)
-  return hi
+    lo, hi = root_finding.expand_up(
+        short, 1e-3, 1.0, limit=1e6,
+        unreachable=(f"`target_epsilon`={target_epsilon!r} needs a noise multiplier above "
+                     "1e6; raise the target or lower the rounds / sampling rate."))
+  return root_finding.bisect(short, lo, hi, relative_tolerance=tol)
 
 
 def noise_multiplier_for_epsilon(

@@ -40,6 +40,7 @@ from scipy import optimize
 from scipy import special
 
 from dp_fl import _checks
+from dp_fl import root_finding
 
 # Conversion names, as written into results and reports.
 EXACT_GAUSSIAN = "exact_gaussian"
@@ -129,14 +130,14 @@ def epsilon_from_rho(rho: float, delta: float) -> float:
     raise ValueError(
         f"ε for rho={rho!r}, delta={delta!r} is astronomically large (of the order of 2ρ = "
         f"{hi:.3g}); increase the noise multiplier (smaller ρ).")
-  while gaussian_delta(mu, hi) > delta:
-    hi *= 2.0
-    if hi > _MAX_EPSILON:  # Checked before e^ε is evaluated beyond float64's range.
-      raise ValueError(
-          f"ε for rho={rho!r}, delta={delta!r} exceeds {_MAX_EPSILON}; increase the noise "
-          "multiplier (smaller ρ) or δ.")
-  return float(optimize.brentq(
-      lambda e: gaussian_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+  # δ(ε) decreases in ε: grow the bracket [0, hi] until δ(hi) <= δ, refusing any hi beyond
+  # _MAX_EPSILON before e^ε is evaluated beyond float64's range.
+  _, hi = root_finding.expand_up(
+      lambda e: gaussian_delta(mu, e) > delta, 0.0, hi, limit=_MAX_EPSILON,
+      unreachable=(f"ε for rho={rho!r}, delta={delta!r} exceeds {_MAX_EPSILON}; increase the "
+                   "noise multiplier (smaller ρ) or δ."))
+  return root_finding.brent(lambda e: gaussian_delta(mu, e) - delta, 0.0, hi,
+                            xtol=1e-12, rtol=1e-12)
 
 
 def epsilon_from_rho_bun_steinke(rho: float, delta: float) -> float:
@@ -220,14 +221,12 @@ def rho_for_epsilon(target_epsilon: float, delta: float) -> float:
   """
   eps = _check_epsilon("target_epsilon", target_epsilon)
   delta = _checks.check_delta(delta)
-  lo, hi = 1e-12, 1.0
-  while gaussian_delta(hi, eps) < delta:
-    hi *= 2.0
-    if hi > 1e6:
-      raise ValueError(
-          f"No finite ρ reaches target_epsilon={target_epsilon!r} at delta={delta!r}.")
-  mu = optimize.brentq(lambda m: gaussian_delta(m, eps) - delta, lo, hi,
-                       xtol=1e-14, rtol=1e-13)
+  _, hi = root_finding.expand_up(
+      lambda m: gaussian_delta(m, eps) < delta, 1e-12, 1.0, limit=1e6,
+      unreachable=(f"No finite ρ reaches target_epsilon={target_epsilon!r} at "
+                   f"delta={delta!r}."))
+  mu = root_finding.brent(lambda m: gaussian_delta(m, eps) - delta, 1e-12, hi,
+                          xtol=1e-14, rtol=1e-13)
   return float(mu * mu / 2.0)
 
 
@@ -262,10 +261,8 @@ def noise_multiplier_for_epsilon(
     rho = rho_for_epsilon(eps, delta)
   elif conversion in (CKS, BUN_STEINKE):
     f = lambda r: epsilon_from_rho_by_conversion(r, delta, conversion) - eps
-    lo, hi = 1e-14, 1.0
-    while f(hi) < 0:
-      hi *= 2.0
-    rho = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-13)
+    _, hi = root_finding.expand_up(lambda r: f(r) < 0, 1e-14, 1.0)
+    rho = root_finding.brent(f, 1e-14, hi, xtol=1e-15, rtol=1e-13)
   else:
     raise ValueError(
         f"`conversion` must be one of {CONVERSIONS}; got {conversion!r}.")

@@ -55,7 +55,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl import _checks
-from dp_fl.accounting import binomial
 from dp_fl.aggregators import _types
 from dp_fl.aggregators import dp_ftrl
 from dp_fl.aggregators import guards
@@ -207,7 +206,7 @@ class BinomialSecureSumFactory(tff.aggregators.UnweightedAggregationFactory):
     message_type = tff.TensorType(MESSAGE_DTYPE.as_numpy_dtype, [size])
     modular_sum = tff.aggregators.SecureModularSumFactory(np.int64(1 << self._bits)).create(
         message_type)
-    bits_per_coordinate = binomial.bits_per_coordinate(k, m)
+    bits_per_coordinate = cpsgd_math.bits_per_coordinate(k, m)
     secure_sum_bits = self._bits
     max_clients = self._max_clients
 

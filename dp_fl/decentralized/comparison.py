@@ -22,10 +22,10 @@ import math
 import os
 from typing import Any, Callable, Optional, Sequence
 
-from dp_fl import files
+from dp_fl import results as results_lib
+from dp_fl import writers
 from dp_fl.decentralized import accounting
 from dp_fl.decentralized import training
-from dp_fl.training import figures
 
 # Paper 002, Table 1 (MNIST, 3-layer MLP; CIFAR-10, 3-layer CNN): (accuracy, total ε).
 PAPER_TABLE_1 = {
@@ -199,7 +199,7 @@ def write_figures(results: dict[str, dict[str, Any]], worker_counts: Sequence[in
   for key, x_key, x_label in (("loss_vs_iterations", "iteration", "iteration"),
                               ("loss_vs_vectors", "vectors_per_worker",
                                "transmitted vectors per worker")):
-    figure, _ = figures.new_figure(5.0 * len(worker_counts), 4.0)
+    figure, _ = writers.new_figure(5.0 * len(worker_counts), 4.0)
     figure.clear()
     axes = figure.subplots(1, len(worker_counts), squeeze=False)[0]
     for ax, m in zip(axes, worker_counts):
@@ -216,15 +216,17 @@ def write_figures(results: dict[str, dict[str, Any]], worker_counts: Sequence[in
       ax.set_title(f"m = {m}")
       ax.grid(alpha=0.3)
       ax.legend()
-    paths[key] = figures.save_figure(figure, os.path.join(out_dir, f"{key}.png"))
+    paths[key] = writers.save_figure(figure, os.path.join(out_dir, f"{key}.png"))
   return paths
 
 
-def write_outputs(summary: dict[str, Any], results: dict[str, dict[str, Any]],
+def write_outputs(summary: dict[str, Any], runs: dict[str, dict[str, Any]],
                   worker_counts: Sequence[int], out_dir: str) -> dict[str, str]:
-  paths = write_figures(results, worker_counts, out_dir)
+  """Figure 2 from the runs' histories, then comparison.json (the summary and the files'
+  paths) and comparison.md drawn from it (`dp_fl.results`: compute → JSON → draw)."""
+  paths = write_figures(runs, worker_counts, out_dir)
   paths["json"] = os.path.join(out_dir, "comparison.json")
-  files.atomic_write_json(paths["json"], {**summary, "figures": paths}, indent=1)
-  paths["markdown"] = os.path.join(out_dir, "comparison.md")
-  files.atomic_write_text(paths["markdown"], markdown(summary))
+  written = results_lib.write(out_dir, {**summary, "figures": dict(paths)}, "comparison.json",
+                              markdown={"comparison.md": markdown})
+  paths["markdown"] = written["comparison.md"]
   return paths

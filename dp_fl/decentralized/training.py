@@ -24,7 +24,7 @@ A recategorization moves 2(m − 1) scalars (the losses to the elected worker, t
 back). Bytes count float32 payloads.
 
 Run directory: `checkpoint.npz` (state, key, history), `metrics/eval.csv` and TensorBoard
-events (dp_fl.training.outputs), `result.json` when finished (read back instead of rerun).
+events (dp_fl.writers), `result.json` when finished (read back instead of rerun).
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ import tensorflow as tf
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl import writers
 from dp_fl.decentralized import accounting
 from dp_fl.decentralized import graphs
 from dp_fl.decentralized import model_step
 from dp_fl.decentralized import updates
-from dp_fl.training import outputs
 
 LEASGD = "leasgd"
 D_PSGD = "d_psgd"
@@ -430,9 +430,9 @@ def train(settings: Settings, shards: Shards, run_dir: Optional[str] = None, *,
   metrics = tensorboard = None
   if run_dir:
     os.makedirs(os.path.join(run_dir, "metrics"), exist_ok=True)
-    metrics = outputs.MetricsCsv(os.path.join(run_dir, "metrics", "eval.csv"),
+    metrics = writers.MetricsCsv(os.path.join(run_dir, "metrics", "eval.csv"),
                                  state.iteration)
-    tensorboard = outputs.TensorBoardWriter(os.path.join(run_dir, "tensorboard"))
+    tensorboard = writers.TensorBoardWriter(os.path.join(run_dir, "tensorboard"))
   history = [row for row in history if row["iteration"] <= state.iteration]
 
   def record() -> None:

@@ -36,13 +36,13 @@ import math
 from typing import Any, Mapping, Optional
 
 import numpy as np
-import scipy.optimize
 import scipy.signal
 import scipy.special
 
 from dp_fl import _checks
 from dp_fl import resources
 from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import optimize
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import streaming
 from dp_fl.mechanisms import toeplitz
@@ -277,11 +277,10 @@ def optimize_banded_inverse(n: int, min_sep: int, max_participations: int, bands
   bisr = BandedInverseMechanism(BANDINVMF, inverse_sqrt_a_coefficients(p), setting)
   if p == 1:
     return bisr
-  result = scipy.optimize.minimize(
-      _objective, _params_from_band(bisr.inverse_coef[1:]), args=(n, min_sep, k, loss),
-      jac=True, method="L-BFGS-B",
-      options={"maxiter": max_iterations, "ftol": 1e-14, "gtol": 1e-10})
-  band, _ = _band_from_params(result.x)
+  params, _ = optimize.minimize_lbfgsb(
+      _objective, _params_from_band(bisr.inverse_coef[1:]),
+      optimize.LbfgsbOptions(max_iterations, ftol=1e-14, gtol=1e-10), args=(n, min_sep, k, loss))
+  band, _ = _band_from_params(params)
   optimized = BandedInverseMechanism(BANDINVMF, np.concatenate([[1.0], band]), setting)
   # The search minimizes Thm 3.1's value, a lower bound where c is not monotone: the two
   # candidates are compared on the loss at their guaranteed sensitivities.

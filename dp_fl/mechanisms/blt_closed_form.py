@@ -5,9 +5,9 @@ losses of Alg. 4 -- the min-sep sensitivity of Thm. 3.1 and the errors of
 Prop. 3.3 -- for a d-buffer C = BLT(theta, omega) (Eq. 2), evaluated without
 materializing the n Toeplitz coefficients, in O(k d^2) time (O(d^2) for the
 errors) and memory bounded by CHUNK_ELEMENTS, with analytic gradients for the
-optimizer of Sec. 3.3 (`blt.optimize_blt`). `blt._loss_from_gaps` and
-`blt.Blt._evaluate_materialized` (the same losses on length-n arrays) are the
-test oracles.
+optimizer of Sec. 3.3 (`blt_optimize.optimize_blt`). The same losses on length-n
+arrays are the test oracles (`blt_loss_from_gaps`, `blt_evaluate_materialized` in
+tests/mechanisms/oracles.py).
 
 Notation: lambda_j = -log(theta_j) >= 0, so theta_j^u = exp(-u lambda_j) and a
 product theta_j theta_l has lambda_j + lambda_l; g = 1 - theta are the gaps,
@@ -450,7 +450,8 @@ def objective(z: np.ndarray, pl: Plan, loss: str, penalty_strength: float,
 
   `z` holds the interleaved gaps (g_hat_1, g_1, ..., g_hat_d, g_d) with the
   interlacing that makes omega > 0 (buffers in any order); the barrier is
-  -(sum log theta + sum log g + sum log omega) as in `blt._loss_from_gaps`.
+  -(sum log theta + sum log g + sum log omega) as in Alg. 4's oracle
+  (tests/mechanisms/oracles.py, `blt_loss_from_gaps`).
   Returns (objective, err * sens, sens, err, d objective / d z or None).
 
   Alg. 5 in gap coordinates: with v_a = sum_{b != a} sign_b log|z_b - z_a| and

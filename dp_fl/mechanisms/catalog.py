@@ -35,7 +35,10 @@ from dp_fl import _checks
 from dp_fl import files
 from dp_fl import resources
 from dp_fl.mechanisms import banded
+from dp_fl.mechanisms import banded_optimize
 from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import blt_closed_form
+from dp_fl.mechanisms import blt_optimize
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import streaming
 from dp_fl.mechanisms import tree
@@ -585,9 +588,10 @@ def save(mechanism: Mechanism, path: str) -> None:
 def _build_blt(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", blt.ParticipationReducedWarning)
-    result = blt.optimize_blt(options.rounds, options.min_sep, options.max_participations,
-                              _checks.check_positive_int("buffers", options.buffers),
-                              loss=options.optimize_for, seed=options.seed)
+    result = blt_optimize.optimize_blt(
+        options.rounds, options.min_sep, options.max_participations,
+        _checks.check_positive_int("buffers", options.buffers), loss=options.optimize_for,
+        seed=options.seed)
   return BltMechanism(result.blt), ()
 
 
@@ -598,12 +602,12 @@ def _build_bandmf(options: BuildOptions) -> tuple[Mechanism, tuple[str, ...]]:
              f"optimize_for={options.optimize_for!r} ignored.",)
   bands = (min(options.min_sep, options.rounds) if options.bands is None
            else _checks.check_positive_int("bands", options.bands))
-  return BandedMechanism(banded.optimize_banded(
+  return BandedMechanism(banded_optimize.optimize_banded(
       options.rounds, options.min_sep, options.max_participations, bands=bands)), notes
 
 
 def _blt_build_cost(options: BuildOptions) -> resources.Estimate:
-  """`blt.optimize_blt` evaluates its losses in closed form (`blt_closed_form`): O(k d²)
+  """`blt_optimize.optimize_blt` evaluates its losses in closed form (`blt_closed_form`): O(k d²)
   per evaluation, independent of n, on at most `CHUNK_ELEMENTS` (lag, buffer pair)
   elements at a time, for the up to 2d + 1 candidates of a buffer count together.
   Measured on the 2-core CPU (2026-11-26, tracemalloc): peak 0.36-0.55 MB for k <= 20
@@ -614,17 +618,17 @@ def _blt_build_cost(options: BuildOptions) -> resources.Estimate:
   1e6 + 500 B x (2d + 1) x elements; 2 + 350 d (2e-4 + 1.2e-7 k (d² + d)) s."""
   d = max(int(options.buffers), 1) if isinstance(options.buffers, int) else 4
   n = options.rounds
-  k = -(-n // max(int(options.min_sep), 1))  # k <= ceil(n / b).
+  k = sensitivity_lib.participation_cap(n, max(int(options.min_sep), 1))  # k <= ⌈n/b⌉.
   if isinstance(options.max_participations, int):
     k = max(1, min(k, options.max_participations))
   per_lag = d * d + d
-  elements = min(k * per_lag, blt.blt_closed_form.CHUNK_ELEMENTS) + (d + 1) ** 2
+  elements = min(k * per_lag, blt_closed_form.CHUNK_ELEMENTS) + (d + 1) ** 2
   return resources.Estimate(
       f"optimizing a {d}-buffer BLT for n={n} rounds",
       1e6 + 500.0 * (2 * d + 1) * elements,
       2.0 + 350.0 * d * (2e-4 + 1.2e-7 * k * per_lag),
       f"closed form, k={k}: ~{500 * (2 * d + 1)} B per (lag, buffer pair) up to "
-      f"{blt.blt_closed_form.CHUNK_ELEMENTS}, ~{350 * d * 1.2e-7:.2g} k (d² + d) s")
+      f"{blt_closed_form.CHUNK_ELEMENTS}, ~{350 * d * 1.2e-7:.2g} k (d² + d) s")
 
 
 def _bandmf_build_cost(options: BuildOptions) -> resources.Estimate:
@@ -660,7 +664,7 @@ register(Family("blt", BltMechanism.description, _build_blt,
                 # sensitivity: at most CHUNK_ELEMENTS elements of ~500 B (the larger peak).
                 evaluation_cost=lambda rounds: _linear_cost(96.0, 0.0, "a BLT")(rounds) +
                 resources.Estimate("its closed-form sensitivity (Thm 3.1)",
-                                   500.0 * blt.blt_closed_form.CHUNK_ELEMENTS)))
+                                   500.0 * blt_closed_form.CHUNK_ELEMENTS)))
 register(Family("bandmf", BandedMechanism.description, _build_bandmf,
                 lambda data: BandedMechanism(banded.BandedMF.from_dict(data)),
                 build_cost=_bandmf_build_cost, default_optimize_for="rms",

@@ -38,7 +38,6 @@ from typing import Optional
 import numpy as np
 
 from dp_fl import _checks
-from dp_fl.accounting import binomial
 
 
 def padded_dimension(dimension: int) -> int:
@@ -109,6 +108,13 @@ def level_sum_to_value_sum(level_sum: np.ndarray, count: float, num_levels: int,
       count * x_max)
 
 
+def bits_per_coordinate(num_quantization_levels: int, num_trials: int) -> int:
+  """⌈log₂(k + m)⌉ bits per coordinate per client (paper 000, Thm. 3)."""
+  k = _checks.check_positive_int("num_quantization_levels", num_quantization_levels)
+  m = _checks.check_nonnegative_int("num_trials", num_trials)
+  return max(1, (k + m - 1).bit_length())  # Messages in {0, …, k−1+m}.
+
+
 def secure_sum_bits(num_clients: int, num_levels: int, num_trials: int) -> int:
   """b = ⌈log₂(n(k−1+m) + 1)⌉: the modulus 2^b holds the largest possible sum exactly."""
   n = _checks.check_positive_int("num_clients", num_clients)
@@ -163,7 +169,7 @@ class Protocol:
 
   @property
   def bits_per_coordinate(self) -> int:
-    return binomial.bits_per_coordinate(self.num_levels, self.num_trials)
+    return bits_per_coordinate(self.num_levels, self.num_trials)
 
   def noise_std_of_sum(self, num_clients: int) -> float:
     """Per-coordinate std of the noise in the sum of values: w √(n m p(1−p))."""
@@ -196,10 +202,18 @@ class Protocol:
   def mean_estimate(self, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One run of the whole protocol on (n, d) vectors: the server's estimate of the mean."""
     vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float64))
-    n, d = vectors.shape
+    d = vectors.shape[1]
     # Public randomness from its own stream (the clients' dither and shares are private).
     signs = rademacher_signs(np.random.default_rng(rng.integers(2 ** 63)), d) if (
         self.rotate) else None
+    return self.secure_mean(vectors, rng, signs)
+
+  def secure_mean(self, vectors: np.ndarray, rng: np.random.Generator,
+                  signs: Optional[np.ndarray] = None) -> np.ndarray:
+    """The server's mean estimate of (n, d) vectors with the round's public `signs`: the
+    clients encode (their dither and shares from `rng`), secure aggregation reveals the sum
+    modulo 2^b (`secure_sum_bits`, nothing wraps), the server decodes it."""
+    n, d = vectors.shape
     messages = self.encode(vectors, rng, signs)
     modulus = 1 << secure_sum_bits(n, self.num_levels, self.num_trials)
     total = messages.sum(axis=0) % modulus  # What secure aggregation reveals.
@@ -264,3 +278,4 @@ def _check_levels(num_levels) -> int:
   if k < 2:
     raise ValueError(f"`num_levels` (k, quantization levels) must be >= 2; got {num_levels!r}.")
   return k
+

@@ -86,6 +86,19 @@ _DUAL_ITERATIONS = 30
 # Validation helpers.
 
 
+def participation_cap(rounds: int, min_sep: int) -> int:
+  """⌈n/b⌉: the most participations, pairwise at least b = `min_sep` rounds apart, that fit
+  in n = `rounds` rounds (paper 004, Sec. 3.1 and Sec. 5's "max-par").
+
+  Participations at rounds t₁ < … < t_k with t_{i+1} − t_i >= b span (k − 1) b <= n − 1, so
+  k <= ⌊(n − 1)/b⌋ + 1 = ⌈n/b⌉, attained by π* = (0, b, …) (Eq. 7). This is the one cap on
+  participations in the repository (n = 0 rounds hold none).
+  """
+  n = _checks.check_nonnegative_int("rounds", rounds)
+  b = _checks.check_positive_int("min_sep", min_sep)
+  return -(-n // b)
+
+
 def feasible_participations(n: int, min_sep: int,
                             max_participations: Optional[int] = None
                             ) -> tuple[int, Optional[str]]:
@@ -105,7 +118,7 @@ def feasible_participations(n: int, min_sep: int,
   """
   n = _checks.check_positive_int("n", n)
   min_sep = _checks.check_positive_int("min_sep", min_sep)
-  most = -(-n // min_sep)
+  most = participation_cap(n, min_sep)
   if max_participations is None:
     return most, None
   k = _checks.check_positive_int("max_participations", max_participations)
@@ -615,8 +628,8 @@ def _blocks(n: int, b: int, k: int) -> Iterator[tuple[int, int, int, int]]:
     r1 = min(r0 + _ROW_BLOCK, n)
     left_width = max(r1 - b, 0)
     right_width = max(n - r0 - b, 0)
-    yield (r0, r1, min(k - 1, -(-left_width // b)),
-           min(k - 1, -(-right_width // b)))
+    yield (r0, r1, min(k - 1, participation_cap(left_width, b)),
+           min(k - 1, participation_cap(right_width, b)))
 
 
 def _pass_work(n: int, b: int, k: int) -> int:

@@ -59,6 +59,7 @@ pi* = (0, b, ..., (k - 1) b) (Eq. 7-8), flagged as a lower bound.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Iterable, Optional
@@ -328,61 +329,92 @@ def _exact_square_sum(n: int, b: int, k: int, complete: bool, max_work: int) -> 
     # Every round participates; u(pi) <= 1 entrywise and C >= 0, so this is the max.
     return participation_square_norm(n, range(n), complete)
   levels = num_levels(n, complete)
-  top = levels - 1
-  l0 = min(b.bit_length() - 1, top)
-  w = 1 << l0
-  num_blocks = -(-n // w)
-  coarse = list(range(l0 + 1, levels))  # Levels above the blocks.
+  l0 = min(b.bit_length() - 1, levels - 1)
+  num_blocks = -(-n // (1 << l0))
   if k >= 2 and num_blocks * (num_blocks - 1) // 2 > max_work:
     raise _BudgetExceeded()
-
-  def d_low(p: int) -> int:
-    return sum(1 for l in range(l0 + 1) if _node_exists(n, complete, l, p >> l))
-
-  # best_low[p - start] for the last block = max d_low over [p, n).
-  last_start = (num_blocks - 1) * w
-  last_low = [d_low(p) for p in range(last_start, n)]
-  for i in range(len(last_low) - 2, -1, -1):
-    last_low[i] = max(last_low[i], last_low[i + 1])
-
-  def low(block: int, p: int) -> int:
-    if block == num_blocks - 1:
-      return last_low[p - last_start]
-    return l0 + 1
-
-  # A block's coarse ancestors that are tree nodes form a prefix of `coarse`
-  # (a node's descendants are nodes too): present[beta] is its length.
-  present = [sum(1 for l in coarse if _node_exists(n, complete, l, beta >> (l - l0)))
-             for beta in range(num_blocks)]
-  depth = len(coarse)
-
+  blocks = _Blocks.of(n, complete, levels, l0)
   work = num_blocks
-  # Layer m = 1: one participation at the start of a block.
-  layer = {}
-  for beta in range(num_blocks):
-    counts = (1,) * present[beta] + (0,) * (depth - present[beta])
-    layer[(beta * w, counts)] = low(beta, beta * w) + present[beta]
+  layer = blocks.first_layer()
   best = max(layer.values())
   for _ in range(2, k + 1):
+    nxt, work = blocks.next_layer(layer, b, work, max_work)
+    if not nxt:
+      break
+    best = max(best, max(nxt.values()))
+    layer = _prune(nxt, l0)
+  return best
+
+
+@dataclasses.dataclass(frozen=True)
+class _Blocks:
+  """Steps 1 and 3 of `_exact_square_sum`: blocks of w = 2^l0 rounds under the coarse tree.
+
+  present[beta]: how many of block beta's coarse ancestors (levels l0 + 1, ...) are tree
+  nodes (a prefix of the coarse levels: a node's descendants are nodes too); last_low[i]:
+  the largest d_low over [last_start + i, n) for the last, possibly partial, block.
+  """
+  n: int
+  l0: int
+  num_blocks: int
+  depth: int
+  present: tuple[int, ...]
+  last_low: tuple[int, ...]
+
+  @classmethod
+  def of(cls, n: int, complete: bool, levels: int, l0: int) -> "_Blocks":
+    num_blocks = -(-n // (1 << l0))
+    coarse = list(range(l0 + 1, levels))  # Levels above the blocks.
+
+    def d_low(p: int) -> int:
+      return sum(1 for l in range(l0 + 1) if _node_exists(n, complete, l, p >> l))
+
+    last_low = [d_low(p) for p in range(((num_blocks - 1) << l0), n)]
+    for i in range(len(last_low) - 2, -1, -1):
+      last_low[i] = max(last_low[i], last_low[i + 1])
+    present = [sum(1 for l in coarse if _node_exists(n, complete, l, beta >> (l - l0)))
+               for beta in range(num_blocks)]
+    return cls(n, l0, num_blocks, len(coarse), tuple(present), tuple(last_low))
+
+  def low(self, block: int, p: int) -> int:
+    """Tree nodes of level <= l0 above a participation at p in `block` (the best over
+    [p, n) in the last block, where positions are free)."""
+    if block == self.num_blocks - 1:
+      return self.last_low[p - ((self.num_blocks - 1) << self.l0)]
+    return self.l0 + 1
+
+  def first_layer(self) -> dict[tuple[int, tuple[int, ...]], int]:
+    """Layer m = 1: one participation at the start of a block."""
+    layer = {}
+    for beta in range(self.num_blocks):
+      counts = (1,) * self.present[beta] + (0,) * (self.depth - self.present[beta])
+      layer[(beta << self.l0, counts)] = self.low(beta, beta << self.l0) + self.present[beta]
+    return layer
+
+  def next_layer(self, layer: dict, b: int, work: int, max_work: float
+                 ) -> tuple[dict[tuple[int, tuple[int, ...]], int], int]:
+    """(layer m + 1, work so far) from layer m: one more participation, at the greedy
+    position of every later block; raises _BudgetExceeded past `max_work` transitions."""
+    w, depth = 1 << self.l0, self.depth
     nxt: dict[tuple[int, tuple[int, ...]], int] = {}
     for (e, counts), value in layer.items():
-      beta = e >> l0
-      first = max(beta + 1, (e + b) >> l0)
-      work += num_blocks - first
+      beta = e >> self.l0
+      first = max(beta + 1, (e + b) >> self.l0)
+      work += self.num_blocks - first
       if work > max_work:
         raise _BudgetExceeded()
       cum = [0]
       for c in counts:
         cum.append(cum[-1] + c)
-      for beta2 in range(first, num_blocks):
+      for beta2 in range(first, self.num_blocks):
         p = max(beta2 * w, e + b)
-        if p >= n:
+        if p >= self.n:
           break
         # Coarse index i (level l0 + 1 + i) holds a common ancestor of blocks
         # beta and beta2 iff i >= shared; those nodes already hold counts[i].
         shared = (beta ^ beta2).bit_length() - 1
-        top_present = present[beta2]
-        gain = value + low(beta2, p) + top_present
+        top_present = self.present[beta2]
+        gain = value + self.low(beta2, p) + top_present
         if shared < top_present:
           gain += 2 * (cum[top_present] - cum[shared])
           new_counts = ((1,) * shared + tuple(c + 1 for c in counts[shared:top_present]) +
@@ -392,11 +424,7 @@ def _exact_square_sum(n: int, b: int, k: int, complete: bool, max_work: int) -> 
         key = (p, new_counts)
         if nxt.get(key, -1) < gain:
           nxt[key] = gain
-    if not nxt:
-      break
-    best = max(best, max(nxt.values()))
-    layer = _prune(nxt, l0)
-  return best
+    return nxt, work
 
 
 def _prune(layer: dict, l0: int) -> dict:

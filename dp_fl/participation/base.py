@@ -120,6 +120,12 @@ class Scheduler(abc.ABC):
     """
     return False
 
+  @property
+  def enforced_min_separation(self) -> int:
+    """The min-sep in rows of C the rule guarantees by construction whatever the draws:
+    1 (none) for random sampling; a device timer's `separation_rule`."""
+    return 1
+
   def __init__(self, num_clients: int, seed: int):
     self._num_clients = _checks.check_positive_int("num_clients", num_clients)
     self._seed = _checks.check_nonnegative_int("seed", seed)

@@ -20,6 +20,14 @@ _SCHEDULERS: dict[str, type[base.Scheduler]] = {
 }
 
 
+def register(cls: type[base.Scheduler]) -> None:
+  """Makes `cls` restorable (a scheduler added with its participation scheme)."""
+  if not cls.KIND or _SCHEDULERS.get(cls.KIND, cls) is not cls:
+    raise ValueError(f"A scheduler class needs a KIND of its own; {cls.__name__} has "
+                     f"{cls.KIND!r} (taken: {sorted(_SCHEDULERS)}).")
+  _SCHEDULERS[cls.KIND] = cls
+
+
 def restore_scheduler(blob: bytes) -> base.Scheduler:
   """Rebuilds the scheduler saved in `blob`; it continues exactly where it stopped."""
   kind, _, _ = _state_io.unpack(blob)

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from dp_fl import _checks
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base
 
@@ -162,11 +163,19 @@ class DeviceTimerScheduler(base.Scheduler):
     ``r * h_max`` hours apart, so a device cannot return before ``T / h_max``
     rounds. The realized min-sep (`ledger.min_separation`) is at least this.
     """
+    return self.separation_rule(self._sep_rounds, self._sep_hours, self.max_round_hours)
+
+  @staticmethod
+  def separation_rule(min_separation_rounds: int | None, min_separation_hours: float | None,
+                      max_round_hours: float) -> int:
+    """``max(1, b, ceil(T / h_max))``: the min-sep in rounds a timer of ``b`` rounds and/or
+    ``T`` hours guarantees when no round start is more than ``h_max`` hours after the last
+    (`enforced_min_separation`; the one formula, also asked before any population exists)."""
     b = 1
-    if self._sep_rounds is not None:
-      b = max(b, self._sep_rounds)
-    if self._sep_hours is not None:
-      b = max(b, math.ceil(self._sep_hours / self.max_round_hours))
+    if min_separation_rounds is not None:
+      b = max(b, min_separation_rounds)
+    if min_separation_hours is not None:
+      b = max(b, math.ceil(min_separation_hours / max_round_hours))
     return b
 
   @property
@@ -177,7 +186,7 @@ class DeviceTimerScheduler(base.Scheduler):
     rounds, so at least ``n * m - N * ceil(n / b_min)`` slots stay empty
     whatever the availability (0 if the bound allows full rounds).
     """
-    max_par = -(-self._planned // self.enforced_min_separation)
+    max_par = sensitivity_lib.participation_cap(self._planned, self.enforced_min_separation)
     return max(0, self._planned * self._m - self._num_clients * max_par)
 
   def _check_no_stall(self) -> None:

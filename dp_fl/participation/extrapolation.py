@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from dp_fl import _checks
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.participation import base
 from dp_fl.participation import device_timer
 from dp_fl.participation import ledger as ledger_lib
@@ -43,7 +44,7 @@ def optimistic_max_participations(num_rounds: int, min_separation: int) -> int:
   """Paper 004 Sec. 5: ``ceil(total_rounds / min_separation)``."""
   n = _checks.check_positive_int("num_rounds", num_rounds)
   b = _checks.check_positive_int("min_separation", min_separation)
-  return -(-n // b)
+  return sensitivity_lib.participation_cap(n, b)
 
 
 @dataclasses.dataclass(frozen=True)

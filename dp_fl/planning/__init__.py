@@ -1,1 +1,1 @@
-"""Planning a private run before launching it, and paper 004's figures from the library."""
+"""Planning a private run before launching it (scripts/plan's library)."""

@@ -40,6 +40,7 @@ from dp_fl.accounting import amplification
 from dp_fl.accounting import report as report_lib
 from dp_fl.mechanisms import blt as blt_lib
 from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import extrapolation
 
@@ -371,7 +372,7 @@ def _epsilon_curve(mechanism: catalog.Mechanism, settings: PlanSettings, sigma: 
   points = sorted(set(list(range(step, n + 1, step)) + [n]))
   curve = []
   for r in points:
-    k = min(max_participations, -(-r // min_sep))
+    k = min(max_participations, sensitivity_lib.participation_cap(r, min_sep))
     result = report_lib.min_sep_guarantee(mechanism, r, min(min_sep, r), k, settings.delta,
                                           noise_multiplier=sigma)
     curve.append((r, result.guarantee.epsilon))
@@ -543,8 +544,8 @@ def _fmt_range(values: Optional[Sequence[int]]) -> str:
 
 def epsilon_figure(plan_dict: dict[str, Any]) -> Any:
   """ε vs rounds per mechanism (from `Plan.to_dict()` only)."""
-  from dp_fl.training import figures  # pylint: disable=g-import-not-at-top
-  figure, ax = figures.new_figure()
+  from dp_fl import writers  # pylint: disable=g-import-not-at-top
+  figure, ax = writers.new_figure()
   s, p = plan_dict["settings"], plan_dict["prediction"]
   for m in plan_dict["mechanisms"]:
     rounds, eps = zip(*m["epsilon_vs_rounds"])

@@ -1,7 +1,9 @@
 """Amplified accounting of DP-FTRL runs: `--participation=balls_in_bins` and `cyclic_poisson`.
 
 The registry (`registry.DpFtrlEntry`) hands σ calibration and the run's accountant to the
-`Amplification` of the run's participation, when it has one:
+`Amplification` of the run's participation scheme, when its entry has an amplification
+analysis (`of(scheme)`; the analyses, functions of the mechanism shared with
+`scripts/privacy`, are dp_fl/participation/schemes.py's and dp_fl/accounting/amplification.py's):
 
 * `BallsInBins` (paper 003): b = ⌊N / m⌋ bins (N clients, m per round, so a bin holds about
   m clients; the scheduler pads or truncates it to exactly m, Sec. 5.2.1), E = ⌈n / b⌉
@@ -35,6 +37,8 @@ from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.mechanisms import catalog
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
+from dp_fl.participation import schemes
 from dp_fl.training import privacy as privacy_lib
 
 if TYPE_CHECKING:
@@ -60,14 +64,17 @@ def _assumption_caveat(config: "config_lib.TrainingConfig") -> tuple[str, ...]:
 
 
 class Amplification(abc.ABC):
-  """How one participation scheme amplifies DP-FTRL: calibration, accountant, checks."""
+  """How one participation scheme amplifies DP-FTRL in a training run: its analysis (the
+  scheme entry's), with the run's calibration, caching and accountant."""
 
-  name: str = ""
+  def __init__(self, analysis: Any):
+    self.analysis = analysis
+    self.name = analysis.name
 
   def check(self, config: "config_lib.TrainingConfig", mechanism: catalog.Mechanism,
             num_clients: int) -> None:
     """Raises ValueError when the scheme's analysis does not apply to this run."""
-    del config, mechanism, num_clients
+    self.analysis.check(config, mechanism, num_clients)
 
   @abc.abstractmethod
   def calibrate(self, config: "config_lib.TrainingConfig", mechanism: catalog.Mechanism,
@@ -157,26 +164,11 @@ class AmplifiedAccountant(privacy_lib.Accountant):
 class BallsInBins(Amplification):
   """Balls-in-bins batching with Monte Carlo accounting (paper 003, Alg. 1-2)."""
 
-  name = "balls_in_bins"
-
-  @staticmethod
-  def num_bins(config, num_clients: int) -> int:
-    """b = ⌊N / m⌋ (at least 1): bins of about m clients, padded or truncated to m."""
-    return max(1, num_clients // config.clients_per_round)
-
   def pair(self, config, mechanism, num_clients) -> balls_in_bins.BallsInBinsPair:
-    b = self.num_bins(config, num_clients)
-    n = config.rounds
-    return balls_in_bins.dominating_pair(
-        num_bins=b, num_epochs=balls_in_bins.epochs_for(n, b), rounds=n,
-        **mechanism.lower_triangular_input(n))
+    return self.analysis.pair(config, mechanism, num_clients)
 
-  def check(self, config, mechanism, num_clients):
-    mechanism.lower_triangular_input(1)  # Raises for a C Lemma 3.2 does not cover.
-
-  @staticmethod
-  def _key(config, mechanism, num_clients, solved_for, value) -> tuple:
-    return (BallsInBins.num_bins(config, num_clients), config.rounds, config.delta,
+  def _key(self, config, mechanism, num_clients, solved_for, value) -> tuple:
+    return (self.analysis.num_bins(config, num_clients), config.rounds, config.delta,
             catalog.mechanism_digest(mechanism), solved_for, float(value))
 
   @staticmethod
@@ -330,48 +322,9 @@ def save_release(root_dir: str, key: tuple, release: amplification.MonteCarloRel
 class CyclicPoisson(Amplification):
   """Cyclic Poisson sampling of a banded C (Choquette-Choo et al. 2023)."""
 
-  name = "cyclic_poisson"
-
-  @staticmethod
-  def sampling_probability(config, num_clients: int) -> float:
-    """q = m G / N: the expected cohort of a group of N / G clients is m."""
-    q = config.clients_per_round * config.min_sep / num_clients
-    if q > 1.0:
-      raise ValueError(
-          f"--participation=cyclic_poisson samples each of --min_sep={config.min_sep} groups "
-          f"of about {num_clients / config.min_sep:.0f} clients with probability q = m·G/N "
-          f"= {config.clients_per_round}·{config.min_sep}/{num_clients} = {q:.3g} > 1. Lower "
-          "--clients_per_round or --min_sep, or use more clients.")
-    return q
-
-  @staticmethod
-  def bands(mechanism) -> int:
-    """Bands of C: 1 for DP-SGD, BandMF's b; refused for the others (not banded)."""
-    if isinstance(mechanism, catalog.DpSgdMechanism):
-      return 1
-    if isinstance(mechanism, catalog.BandedMechanism):
-      return mechanism.banded.bands
-    raise ValueError(
-        f"--participation=cyclic_poisson needs a banded C (--mechanism=bandmf, bsr or dpsgd): its "
-        f"analysis needs the rounds of one client to touch disjoint rows of C, which the "
-        f"{mechanism.name} mechanism's C does not give. Use --participation=balls_in_bins "
-        "for any C.")
-
-  def check(self, config, mechanism, num_clients):
-    bands = self.bands(mechanism)
-    if bands > config.min_sep:
-      raise ValueError(
-          f"--participation=cyclic_poisson with --min_sep={config.min_sep} groups needs C "
-          f"with at most {config.min_sep} bands; the {mechanism.name} mechanism has {bands}. "
-          "Set --bands <= --min_sep (or raise --min_sep).")
-    self.sampling_probability(config, num_clients)
-
   def _args(self, config, mechanism, num_clients) -> dict[str, Any]:
     """The analysis' settings for the planned rounds (the registry checked them)."""
-    column_norm = mechanism.sensitivity(config.rounds, config.rounds, 1).guaranteed
-    return dict(column_norm=column_norm,
-                sampling_probability=self.sampling_probability(config, num_clients),
-                num_groups=config.min_sep, rounds=config.rounds, delta=config.delta)
+    return self.analysis.args(config, mechanism, num_clients)
 
   def calibrate(self, config, mechanism, num_clients, target_epsilon):
     """σ whose report — the PLD of the run's accountant for the planned rounds — is at most
@@ -405,7 +358,7 @@ class CyclicPoisson(Amplification):
           config.noise_multiplier, **dict(args, rounds=rounds)).epsilon
 
     def compositions(rounds: int) -> int:  # ε depends on the rounds through ⌈n/G⌉ only.
-      return -(-rounds // config.min_sep)
+      return sensitivity_lib.participation_cap(rounds, config.min_sep)
 
     def rdp_epsilon_for(rounds: int) -> float:
       return amplification.cyclic_poisson_rdp_epsilon(
@@ -430,9 +383,12 @@ def _memo(fn, known: Optional[dict[int, float]] = None, key=lambda rounds: round
   return wrapped
 
 
-BANDED_ONLY = (CyclicPoisson.name,)
-"""Participations whose analysis needs a banded C (checked by name in the configuration)."""
+_TRAINING = {schemes.BallsInBinsAmplification: BallsInBins,
+             schemes.CyclicPoissonAmplification: CyclicPoisson}
 
-AMPLIFICATIONS: dict[str, Amplification] = {a.name: a for a in (BallsInBins(),
-                                                                CyclicPoisson())}
-"""The participations whose sampling amplifies DP-FTRL, by `--participation` name."""
+
+def of(scheme: schemes.Scheme) -> Optional[Amplification]:
+  """How a run amplifies DP-FTRL under `scheme` (None: its entry has no amplification)."""
+  if scheme.amplification is None:
+    return None
+  return _TRAINING[type(scheme.amplification)](scheme.amplification)

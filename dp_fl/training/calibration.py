@@ -35,6 +35,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.participation import extrapolation
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ _CACHE: dict[tuple, PlannedParticipation] = {}
 
 
 def _key(config: "config_lib.TrainingConfig", num_clients: Optional[int]) -> tuple:
-  fields = ("participation", "rounds", "clients_per_round", "min_sep", "timer_hours",
-            "round_hours", "availability", "seed", "population_sampling_rate")
+  fields = ("participation", "rounds", "clients_per_round", "min_sep", "seed",
+            "participation_settings")
   return tuple(getattr(config, f) for f in fields) + (num_clients,)
 
 
@@ -129,7 +130,8 @@ def planned_participation(config: "config_lib.TrainingConfig", num_clients: Opti
           "population: the participation the scheduler realizes (min-sep b, participations "
           "k) depends on it.")
     b = min(rule_min_sep, n)
-    return PlannedParticipation(n, b, -(-n // b), None, enforced_min_sep=rule_min_sep)
+    return PlannedParticipation(n, b, sensitivity_lib.participation_cap(n, b), None,
+                                enforced_min_sep=rule_min_sep)
   key = _key(config, num_clients)
   if key in _CACHE:
     return _CACHE[key]
@@ -137,7 +139,7 @@ def planned_participation(config: "config_lib.TrainingConfig", num_clients: Opti
   enforced = 1
   for seed in range(TRIALS):
     scheduler = build_scheduler(config, num_clients, seed)
-    enforced = max(1, int(getattr(scheduler, "enforced_min_separation", 1)))
+    enforced = scheduler.enforced_min_separation
     try:
       skipped += extrapolation.commit_rounds(scheduler, n)
     except ValueError as e:
@@ -165,7 +167,7 @@ def planned_participation(config: "config_lib.TrainingConfig", num_clients: Opti
   if cohort_margin:
     cohort = max(1, math.floor(MIN_SEP_MARGIN * cohort))
   b = min(b, n)
-  k = max(1, min(k, -(-n // b)))
+  k = max(1, min(k, sensitivity_lib.participation_cap(n, b)))
   planned = PlannedParticipation(n, b, k, cohort, tuple(trials), margin, enforced,
                                  cohort_margin)
   _CACHE.clear()  # Keep one: the run that follows asks again (cli, compare).

@@ -2,9 +2,11 @@
 
 The binary owns its parser and parses it in `main`; this module only adds the training
 arguments to that parser and turns the parsed namespace into a `TrainingConfig`, so every
-task has the same flags and none re-declares them. Values come from, in increasing
-priority: `TrainingConfig`'s defaults, the task's defaults, the chosen preset, and the
-flags the user actually gave.
+task has the same flags and none re-declares them: one per common field of `TrainingConfig`
+and one per field of the settings dataclasses of the registries (`registry.setting_fields`:
+a mechanism's, a participation's, a runtime's), with the settings' own help text. Values
+come from, in increasing priority: the defaults, the task's defaults, the chosen preset, and
+the flags the user actually gave.
 
     parser = argparse.ArgumentParser()
     cli.add_training_arguments(parser)
@@ -24,15 +26,16 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from dp_fl import exits
 from dp_fl import resources
+from dp_fl.execution import learners
 from dp_fl.training import calibration
 from dp_fl.training import config as config_lib
-from dp_fl.training import learners
+from dp_fl.training import registry
 
 _HELP = {
     "root_dir": "run directory (checkpoints, metrics, privacy report); resumes if it has one",
     "rounds": "n: training rounds",
     "clients_per_round": "m: report goal / clients per round (C̃ for Poisson sampling)",
-    "mechanism": "privacy mechanism: " + ", ".join(config_lib.MECHANISMS),
+    "mechanism": "privacy mechanism: " + ", ".join(registry.MECHANISMS),
     "noise_multiplier": "σ: noise std / clip norm (z for DP-FedAvg)",
     "clip_norm": "ζ: L2 clip norm of each client update",
     "seed": "seed of the public parts: model init, mechanism optimization, simulated "
@@ -43,17 +46,7 @@ _HELP = {
                                "who knows it",
     "min_sep": "b: min separation (rounds) the mechanism is optimized for / enforced by "
                "--participation=min_sep_rounds",
-    "max_participations": "k the mechanism is optimized for (default ceil(n/b))",
-    "blt_buffers": "d: BLT buffers",
-    "bands": "p: bands of the banded matrix, C for bandmf/bsr, C⁻¹ for bisr/bandinvmf "
-             "(default min(b, n); p − 1 model-sized buffers)",
-    "mechanism_params": "JSON file with mechanism parameters (from scripts/mechanism)",
-    "participation": "who takes part: " + ", ".join(config_lib.PARTICIPATIONS),
-    "timer_hours": "device timer: hours before a device may take part again",
-    "round_hours": "simulated duration of a round (device timer)",
-    "availability": "device availability: always or diurnal",
-    "population_sampling_rate": "q for Poisson sampling (default clients_per_round / "
-                                "population)",
+    "participation": "who takes part: " + ", ".join(registry.PARTICIPATIONS),
     "client_optimizer": "client optimizer: " + ", ".join(config_lib.CLIENT_OPTIMIZERS),
     "client_learning_rate": "client learning rate",
     "client_epochs": "local epochs per round",
@@ -69,28 +62,19 @@ _HELP = {
     "delta": "δ of the privacy report",
     "target_epsilon": "stop before ε would exceed this",
     "on_nonfinite": "a round with a non-finite loss: stop or discard",
-    "jit_compile": "XLA-compile the client step (--runtime=xla only: TFF 0.87's C++ worker "
-                   "has no XLA)",
     "runtime": "how rounds execute: " + "; ".join(
         f"{name} ({r.description})" for name, r in learners.RUNTIMES.items()),
-    "device": "where --runtime=xla runs: " + ", ".join(learners.DEVICES) + " (auto: a GPU, "
-              "else a TPU, else the CPU)",
-    "workers": "HOST:PORT,... of remote TFF workers (scripts/worker): each round's clients "
-               "are split over them, the DP aggregation and its noise stay here "
-               "(docs/DISTRIBUTED.md)",
-    "worker_timeout_seconds": "deadline of every call to a remote worker; past it the job "
-                              "stops naming the worker (checkpoint intact)",
-    "worker_tls_ca_cert": "PEM CA of the workers' TLS front ends: TLS to the workers "
-                          "(default: plaintext gRPC, private networks only)",
-    "worker_tls_client_cert": "PEM certificate of this process for mutual TLS",
-    "worker_tls_client_key": "PEM key of this process for mutual TLS",
 }
-
-# Earlier names of flags, still accepted (a field renamed: config.py's _RENAMED_FIELDS).
-_FLAG_ALIASES = {"bands": ("--bandmf_bands",)}
+"""The help of the common fields' flags (a setting's is in its field: `config_lib.setting`)."""
 
 # Fields a binary decides itself (not flags).
-_NOT_FLAGS = ("task",)
+_NOT_FLAGS = ("task",) + config_lib.SETTINGS
+
+_CHOICES = {"mechanism": tuple(registry.MECHANISMS),
+            "participation": tuple(registry.PARTICIPATIONS),
+            "on_nonfinite": config_lib.ON_NONFINITE,
+            "client_optimizer": config_lib.CLIENT_OPTIMIZERS,
+            "server_optimizer": config_lib.SERVER_OPTIMIZERS}
 
 
 def parse_bool(text: str) -> bool:
@@ -102,36 +86,41 @@ def parse_bool(text: str) -> bool:
   raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
 
 
+def _flag_fields() -> list[tuple[dataclasses.Field, str]]:
+  """(field, help) of every training flag: the common fields, then every setting."""
+  common = [(f, _HELP.get(f.name, "")) for f in dataclasses.fields(config_lib.TrainingConfig)
+            if f.name not in _NOT_FLAGS]
+  return common + [(f, f.metadata.get("help", ""))
+                   for _, f in registry.setting_fields().values()]
+
+
 def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-  """Adds one --flag per TrainingConfig field (default None: "not given")."""
+  """Adds one --flag per common TrainingConfig field and per setting (default None: "not
+  given"); a setting's earlier names (`config_lib.setting(aliases=...)`) are accepted too."""
   group = parser.add_argument_group("training (dp_fl.training.TrainingConfig)")
-  for field in dataclasses.fields(config_lib.TrainingConfig):
-    if field.name in _NOT_FLAGS:
-      continue
+  for field, help_text in _flag_fields():
     kind = field.type if isinstance(field.type, str) else field.type.__name__
-    kwargs: dict[str, Any] = {"default": None, "help": _HELP.get(field.name, "")}
+    kwargs: dict[str, Any] = {"default": None, "help": help_text}
     if "bool" in kind:
       kwargs.update(type=parse_bool, nargs="?", const=True, metavar="BOOL")
     elif "float" in kind:
       kwargs["type"] = float
     elif "int" in kind:
       kwargs["type"] = int
-    if field.name == "mechanism":
-      kwargs["choices"] = config_lib.MECHANISMS
-    elif field.name == "participation":
-      kwargs["choices"] = config_lib.PARTICIPATIONS
-    elif field.name == "on_nonfinite":
-      kwargs["choices"] = config_lib.ON_NONFINITE
-    elif field.name == "client_optimizer":
-      kwargs["choices"] = config_lib.CLIENT_OPTIMIZERS
-    elif field.name == "server_optimizer":
-      kwargs["choices"] = config_lib.SERVER_OPTIMIZERS
-    group.add_argument(f"--{field.name}", *_FLAG_ALIASES.get(field.name, ()), **kwargs)
+    if field.name in _CHOICES:
+      kwargs["choices"] = _CHOICES[field.name]
+    aliases = [f"--{alias}" for alias in field.metadata.get("aliases", ())]
+    group.add_argument(f"--{field.name}", *aliases, **kwargs)
+
+
+def flag_names() -> tuple[str, ...]:
+  """The names of the training flags (= the config's fields and settings)."""
+  return tuple(field.name for field, _ in _flag_fields())
 
 
 def given(args: argparse.Namespace) -> dict[str, Any]:
   """The training flags the user gave (those not None)."""
-  names = {f.name for f in dataclasses.fields(config_lib.TrainingConfig)}
+  names = set(flag_names())
   return {k: v for k, v in vars(args).items() if k in names and v is not None}
 
 
@@ -169,7 +158,7 @@ def training_config(args: argparse.Namespace, *, task: str,
   if missing:
     raise ValueError(f"{', '.join('--' + k for k in missing)} required.")
   try:
-    return config_lib.TrainingConfig(**values)
+    return registry.make_config(**values)
   except ValueError as e:
     from_preset = {k: v for k, v in (preset or {}).items() if k not in user_values}
     raise ValueError(as_flags(str(e), from_preset, getattr(args, "preset", None))) from None
@@ -182,7 +171,7 @@ def as_flags(message: str, from_preset: Mapping[str, Any] = (),
              preset_name: Optional[str] = None) -> str:
   """A TrainingConfig error as the binary's user sees it: fields as `--flags`, and a note for
   each named value that came from the preset rather than from the user."""
-  fields = {f.name for f in dataclasses.fields(config_lib.TrainingConfig)} - set(_NOT_FLAGS)
+  fields = set(flag_names())
   named = [m for m in _FIELD_NAME.findall(message) if m in fields]
   text = _FIELD_NAME.sub(lambda m: f"`--{m.group(1)}`" if m.group(1) in fields
                          else m.group(0), message)
@@ -243,7 +232,6 @@ def check_flags_read(args: argparse.Namespace, runs: list[tuple[str, str]]) -> N
   """Refuses a flag the user gave that none of `runs` ((mechanism, participation)) reads —
   e.g. --cpsgd_trials with --mechanism=blt, --timer_hours with --participation=poisson —
   naming the flag, its value and the fix (issue #39: such flags were silently ignored)."""
-  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
   problems = registry.ignored_flags(given(args), runs)
   if problems:
     raise ValueError(" ".join(problems))
@@ -274,7 +262,7 @@ def _train(args: argparse.Namespace,
            settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
            make_task: Callable[[Any], Any], presets: Mapping[str, Preset]) -> int:
   import json  # pylint: disable=g-import-not-at-top
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
   if args.calibrate_epsilon is not None:
@@ -285,7 +273,7 @@ def _train(args: argparse.Namespace,
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
-  if target_epsilon is not None and config.is_private:
+  if target_epsilon is not None and registry.mechanism(config.mechanism).private:
     num_clients = len(task.train_data.client_ids)
     config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
         config, target_epsilon, num_clients, task))
@@ -340,7 +328,7 @@ def compare_main(argv: Optional[list[str]], description: str,
                  make_task: Callable[[Any], Any], task: str) -> int:
   """A task's `compare` binary: its train binary's flags plus the comparison's; returns
   the exit code (`dp_fl.exits`)."""
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   parser = build_parser()
   parser.description = description
   add_compare_arguments(parser, task)
@@ -366,14 +354,14 @@ def _compare(args: argparse.Namespace,
              settings_and_config: Callable[[argparse.Namespace], tuple[Any, Any]],
              make_task: Callable[[Any], Any]) -> int:
   import json  # pylint: disable=g-import-not-at-top
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   from dp_fl.training import compare as compare_lib  # pylint: disable=g-import-not-at-top
   resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
   mechanisms = _parse_list("mechanisms", args.mechanisms, str)
-  unknown = [m for m in mechanisms if m not in config_lib.MECHANISMS]
+  unknown = [m for m in mechanisms if m not in registry.MECHANISMS]
   if unknown:
     raise ValueError(f"--mechanisms={args.mechanisms!r}: unknown {unknown}; known: "
-                     f"{', '.join(config_lib.MECHANISMS)}.")
+                     f"{', '.join(registry.MECHANISMS)}.")
   factors = _parse_list("lr_factors", args.lr_factors, float)
   if any(not (f > 0 and f < float("inf")) for f in factors):
     raise ValueError(f"--lr_factors={args.lr_factors!r} must be positive finite numbers, "
@@ -394,21 +382,26 @@ def _compare(args: argparse.Namespace,
   participations = None
   if args.participations is not None:
     participations = _parse_list("participations", args.participations, str)
-    unknown = [p for p in participations if p not in config_lib.PARTICIPATIONS]
+    unknown = [p for p in participations if p not in registry.PARTICIPATIONS]
     if unknown:
       raise ValueError(f"--participations={args.participations!r}: unknown {unknown}; known: "
-                       f"{', '.join(config_lib.PARTICIPATIONS)}.")
+                       f"{', '.join(registry.PARTICIPATIONS)}.")
 
-  def config_for(mechanism: str):
-    return settings_and_config(argparse.Namespace(**{**vars(args), "mechanism": mechanism}))[1]
+  def config_for(mechanism: str, participation: Optional[str] = None):
+    """The run's config as if its mechanism (and participation) had been given as flags."""
+    flags = {"mechanism": mechanism}
+    if participation is not None:
+      flags["participation"] = participation
+    return settings_and_config(argparse.Namespace(**{**vars(args), **flags}))[1]
 
   try:
     runs = []
     for mechanism in mechanisms:  # Every configuration valid before any training.
       config = config_for(mechanism)
       schemes = list(participations or [config.participation])
-      for participation in (schemes if config.is_private else schemes[:1]):
-        runs.append((mechanism, config.replace(participation=participation).participation))
+      private = registry.mechanism(mechanism).private
+      for participation in (schemes if private else schemes[:1]):
+        runs.append((mechanism, config_for(mechanism, participation).participation))
     check_flags_read(args, runs)  # A flag is kept if some compared run reads it.
     settings, _ = settings_and_config(args)
     task = make_task(settings)

@@ -7,7 +7,7 @@ the task's Keras model with `tff.learning.models.from_keras_model` (TFF 0.87's
 XLA (`jit_compile=True`): the model's forward pass becomes a `tf.function(jit_compile=True)`,
 so the client step (forward pass and, through it, its gradient) is one XLA computation. The
 attribute survives TFF's serialization, and the in-process runtime (`--runtime=xla`,
-`dp_fl/xla_runtime.py`) runs it through TensorFlow, which compiles it — an op XLA cannot
+`dp_fl/execution/xla.py`) runs it through TensorFlow, which compiles it — an op XLA cannot
 compile fails loudly there (`tests/runtime/xla_runtime_test.py`). TFF 0.87's C++
 `worker_binary` has no XLA device and would silently *not* compile it (docs/BENCHMARKS.md,
 "Training"), so the config refuses `jit_compile` with `--runtime=tff_worker`.

@@ -35,11 +35,12 @@ import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from dp_fl import files
-from dp_fl import runtime
+from dp_fl import writers
+from dp_fl.execution import runtime
 from dp_fl.training import calibration
 from dp_fl.training import config as config_lib
-from dp_fl.training import figures
 from dp_fl.training import program
+from dp_fl.training import registry
 from dp_fl.training import task as task_lib
 
 DEFAULT_MECHANISMS = ("none", "clip", "dpsgd", "tree", "bandmf", "blt")
@@ -66,7 +67,12 @@ def _grid_key(rate: float) -> str:
   return f"{rate:.6g}"
 
 
-def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.TrainingConfig], *,
+ConfigFor = Callable[..., config_lib.TrainingConfig]
+"""`config_for(mechanism, participation=None)`: the run's TrainingConfig as if the mechanism
+(and the participation, unless None) had been given as flags."""
+
+
+def compare(task: task_lib.Task, config_for: ConfigFor, *,
             mechanisms: Sequence[str], target_epsilon: float, out_dir: str,
             lr_factors: Sequence[float] = DEFAULT_LR_FACTORS, seeds: int = 3,
             max_grid_extensions: int = 2, participations: Optional[Sequence[str]] = None,
@@ -76,8 +82,9 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
   Args:
     task: the task; its `validation_dataset_fn` is required when `lr_factors` has more
       than one value.
-    config_for: the run's TrainingConfig for a mechanism (preset, its per-mechanism
-      settings, the user's flags); `root_dir`, `seed`, the server rate and σ are set here.
+    config_for: the run's TrainingConfig for a mechanism and a participation (preset, its
+      per-mechanism settings, the user's flags: `ConfigFor`); `root_dir`, `seed`, the server
+      rate and σ are set here.
     mechanisms: the mechanisms to compare (non-private ones are the reference rows).
     target_epsilon: the ε every private row is calibrated to.
     out_dir: where the runs and the outputs go.
@@ -108,7 +115,7 @@ def compare(task: task_lib.Task, config_for: Callable[[str], config_lib.Training
     first_dir = (os.path.join(out_dir, label, f"lr_{_grid_key(first_rate)}")
                  if validation is not None else
                  os.path.join(out_dir, label, f"seed_{base.seed + 1}_lr_{_grid_key(first_rate)}"))
-    if base.is_private:
+    if registry.mechanism(base.mechanism).private:
       seeds_run = ([base.seed] if validation is not None else []) + [
           base.seed + 1 + s for s in range(seeds)]
       base = calibration.with_budget(base.replace(noise_multiplier=_calibrate(
@@ -164,8 +171,7 @@ def _calibrate(task: task_lib.Task, base: config_lib.TrainingConfig, first_dir: 
 
 
 def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],
-             config_for: Callable[[str], config_lib.TrainingConfig]
-             ) -> list[tuple[str, config_lib.TrainingConfig]]:
+             config_for: ConfigFor) -> list[tuple[str, config_lib.TrainingConfig]]:
   """(row label, configuration) of every row: each mechanism under each participation (the
   non-private references once, under the first); labels `mechanism@participation` when
   several participations are compared."""
@@ -173,9 +179,12 @@ def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],
   for mechanism in mechanisms:
     base = config_for(mechanism)
     schemes = list(participations) if participations else [base.participation]
-    for participation in (schemes if base.is_private else schemes[:1]):
+    private = registry.mechanism(mechanism).private
+    for participation in (schemes if private else schemes[:1]):
       label = mechanism if len(schemes) == 1 else f"{mechanism}@{participation}"
-      out.append((label, base.replace(participation=participation)))
+      # The scheme's own settings from the user's flags (e.g. --population_sampling_rate).
+      out.append((label, base if participation == base.participation
+                  else config_for(mechanism, participation)))
   return out
 
 
@@ -191,8 +200,8 @@ def _edge_extensions(grid: list[RunRecord], limit: int):
   A best rate at the largest (smallest) value tried says the optimum may lie beyond it: the
   grid is extended one step past that edge, the step being the ratio of the two outermost
   rates on that side, until the best is inside or the limit is reached (a one-point grid,
-  which has no step, is not extended). Yields lazily: each rate is chosen after the previous one was trained (appended
-  to `grid` by the caller).
+  which has no step, is not extended). Yields lazily: each rate is chosen after the previous
+  one was trained (appended to `grid` by the caller).
   """
   for _ in range(limit):
     rates = sorted(r.server_learning_rate for r in grid)
@@ -214,7 +223,8 @@ def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, p
                 else base.reproducible_noise_seed + seed)
   config = base.replace(root_dir=root_dir, server_learning_rate=rate, seed=seed,
                         reproducible_noise_seed=noise_seed)
-  noise = f"σ {config.noise_multiplier:.4g}" if config.is_private else "no noise"
+  private = registry.mechanism(config.mechanism).private
+  noise = f"σ {config.noise_multiplier:.4g}" if private else "no noise"
   progress(f"== {mechanism} ({phase}): server lr {rate:.4g}, seed {seed}, {noise} -> "
            f"{root_dir}")
   # Each run in its own TFF worker: a worker that crashes costs one rerun from that run's
@@ -242,10 +252,11 @@ def _row(mechanism: str, base: config_lib.TrainingConfig, chosen: float,
   mean, std = _mean_std([r.metric for r in runs])
   accuracy_mean, accuracy_std = _mean_std([r.accuracy for r in runs])
   epsilons = [r.epsilon for r in runs]
+  private = registry.mechanism(base.mechanism).private
   return {
       "mechanism": mechanism, "participation": base.participation,
-      "private": base.is_private,
-      "noise_multiplier": base.noise_multiplier if base.is_private else None,
+      "private": private,
+      "noise_multiplier": base.noise_multiplier if private else None,
       "server_learning_rate": chosen,
       "grid": {_grid_key(r.server_learning_rate): r.metric for r in grid},
       "metric_mean": mean, "metric_std": std,
@@ -301,7 +312,7 @@ def markdown(output: Mapping[str, Any]) -> str:
 def comparison_figure(output: Mapping[str, Any]) -> Any:
   """Bar chart: the headline metric per mechanism (mean ± std), the unigram baseline dashed."""
   metric = output["headline_metric"]
-  figure, ax = figures.new_figure(7.0, 4.2)
+  figure, ax = writers.new_figure(7.0, 4.2)
   rows = output["rows"]
   names = [r["mechanism"] for r in rows]
   means = [r["metric_mean"] for r in rows]
@@ -334,5 +345,5 @@ def write_outputs(output: Mapping[str, Any], out_dir: str) -> dict[str, str]:
   files.atomic_write_json(paths["json"], output, indent=1, default=str)
   files.atomic_write_text(paths["markdown"], markdown(output)
                           + "\n![comparison](comparison.png)\n")
-  figures.save_figure(comparison_figure(output), paths["figure"])
+  writers.save_figure(comparison_figure(output), paths["figure"])
   return paths

@@ -17,7 +17,7 @@ interrupted), so they always show the run up to its last round; `python -m
 dp_fl.training.figures ROOT_DIR` rewrites them from the files. Every number plotted is read
 from the CSV files beside them, so a figure never says more than the data it comes from.
 Figures are drawn on `matplotlib.figure.Figure` (no pyplot state; safe in any thread) and
-written atomically.
+written atomically (`dp_fl.writers`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import sys
 from typing import Any, Mapping, Optional, Sequence
 
 from dp_fl import files
+from dp_fl import writers
 
 FIGURES_DIR = "figures"
 REPORT_FILE = "report.md"
@@ -39,9 +40,8 @@ def _read_rows(path: str) -> list[dict[str, float]]:
   """A metrics CSV as rows of floats (empty cells and text dropped); [] if absent."""
   if not os.path.exists(path):
     return []
-  from dp_fl.training import outputs  # pylint: disable=g-import-not-at-top
   rows = []
-  for raw in outputs.read_csv(path):
+  for raw in writers.read_csv(path):
     row = {}
     for key, value in raw.items():
       try:
@@ -58,24 +58,9 @@ def _series(rows: Sequence[Mapping[str, float]], key: str) -> tuple[list[float],
   return [p[0] for p in points], [p[1] for p in points]
 
 
-def save_figure(figure: Any, path: str) -> str:
-  """Writes a matplotlib Figure as PNG to `path` atomically; returns `path`."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with files.atomic_output(path) as f:
-    figure.savefig(f, format="png", dpi=110, bbox_inches="tight")
-  return path
-
-
-def new_figure(width: float = 6.4, height: float = 4.0) -> tuple[Any, Any]:
-  """(Figure, Axes) without pyplot."""
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  figure = Figure(figsize=(width, height))
-  return figure, figure.subplots()
-
-
 def loss_figure(train: Sequence[Mapping[str, float]], evaluation: Sequence[Mapping[str, float]],
                 title: str, baseline: Optional[float] = None) -> Optional[Any]:
-  figure, ax = new_figure()
+  figure, ax = writers.new_figure()
   x, y = _series(train, "client_work/train/loss")
   ex, ey = _series(evaluation, "loss")
   if not x and not ex:
@@ -103,7 +88,7 @@ def evaluation_figure(evaluation: Sequence[Mapping[str, float]],
   names = [k for k in (evaluation[-1] if evaluation else {}) if _ACCURACY_HINT in k]
   if not names:
     return None
-  figure, ax = new_figure()
+  figure, ax = writers.new_figure()
   colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
   for i, name in enumerate(names):
     color = colors[i % len(colors)]
@@ -127,7 +112,7 @@ def epsilon_figure(privacy: Sequence[Mapping[str, float]], delta: Optional[float
   rx, ry = _series(privacy, "epsilon")
   if not x and not rx:
     return None
-  figure, ax = new_figure()
+  figure, ax = writers.new_figure()
   if x:
     ax.plot(x, y, ".-", color="tab:red", label="ε so far (progress accountant)")
   if rx:
@@ -145,7 +130,7 @@ def participation_figure(realized: Mapping[str, Any], title: str) -> Optional[An
   histogram = list(realized.get("participation_histogram") or ())
   if len(histogram) < 2:
     return None
-  figure, ax = new_figure()
+  figure, ax = writers.new_figure()
   counts = histogram[1:]
   ax.bar(range(1, len(histogram)), counts, color="tab:green")
   ax.set_xticks(range(1, len(histogram)))
@@ -190,7 +175,8 @@ def write_run_report(root_dir: str) -> dict[str, str]:
   written = {}
   for key, figure in figures.items():
     if figure is not None:
-      written[key] = save_figure(figure, os.path.join(root_dir, FIGURES_DIR, f"{key}.png"))
+      written[key] = writers.save_figure(figure,
+                                         os.path.join(root_dir, FIGURES_DIR, f"{key}.png"))
   files.atomic_write_text(os.path.join(root_dir, REPORT_FILE),
                           report_markdown(summary, config, written, root_dir))
   return written
@@ -216,8 +202,9 @@ def report_markdown(summary: Mapping[str, Any], config: Mapping[str, Any],
     lines.append(f"Privacy: ε = {epsilon:.4g} at δ = {summary.get('delta'):g} from the "
                  "participation realized (an upper bound); what it covers and assumes: "
                  "[privacy_report.md](privacy_report.md).")
-  captions = {"loss": "Loss vs rounds (dashed: the best context-free loss)", "evaluation": "Held-out accuracy vs rounds (dashed: "
-              "the unigram baseline)", "epsilon": "ε vs rounds",
+  captions = {"loss": "Loss vs rounds (dashed: the best context-free loss)",
+              "evaluation": "Held-out accuracy vs rounds (dashed: the unigram baseline)",
+              "epsilon": "ε vs rounds",
               "participation": "Participation per client"}
   if figures:
     lines += ["", "## Figures", ""]

@@ -1,5 +1,8 @@
 """What a run writes: metrics (CSV + TensorBoard), privacy reports and a progress line.
 
+The CSV and TensorBoard writers themselves are generic (`dp_fl.writers`); this module says
+which files a training run writes, and where.
+
 Run-directory layout (`--root_dir`):
 
     config.json                  the run's TrainingConfig (dp_fl.training.config)
@@ -24,7 +27,6 @@ release, but it cannot be told to drop the rows of rounds that will not be re-ru
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import sys
@@ -32,101 +34,7 @@ import time
 from typing import Any, Mapping, Optional, TextIO
 
 from dp_fl import files
-
-
-class MetricsCsv:
-  """A CSV keyed by `round`, truncated to `resume_round` when opened.
-
-  Rows are appended; a row for a round already in the file replaces it (a rerun of a
-  finished run evaluates its last round again: one row per round, never two).
-  """
-
-  def __init__(self, path: str, resume_round: int):
-    self._path = path
-    self._fieldnames: Optional[list[str]] = None
-    self._rounds: set[str] = set()
-    rows: list[dict[str, str]] = []
-    if os.path.exists(path):
-      with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        self._fieldnames = list(reader.fieldnames or [])
-        rows = [r for r in reader if r.get("round") and int(r["round"]) <= resume_round]
-      self._rewrite(rows)
-      self._rounds = {r["round"] for r in rows}
-
-  def _rewrite(self, rows: list[dict[str, str]]) -> None:
-    tmp = self._path + ".tmp"
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-      if self._fieldnames:
-        writer = csv.DictWriter(f, fieldnames=self._fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, self._path)
-
-  def append(self, round_number: int, values: Mapping[str, Any], merge: bool = False) -> None:
-    """Writes the row of `round_number`; `merge` keeps the other columns of a row already
-    written for that round (else the row is replaced)."""
-    row = {"round": round_number, **values}
-    replaces = str(round_number) in self._rounds
-    if self._fieldnames is None or set(row) - set(self._fieldnames) or replaces:
-      # New columns (rewrite with the union of the columns) or a round written again.
-      old = []
-      if self._fieldnames and os.path.exists(self._path):
-        with open(self._path, newline="", encoding="utf-8") as f:
-          old = list(csv.DictReader(f))
-        if merge:
-          for previous in old:
-            if previous.get("round") == str(round_number):
-              row = {**{k: v for k, v in previous.items() if v != ""}, **row}
-        old = [r for r in old if r.get("round") != str(round_number)]
-      self._fieldnames = list(self._fieldnames or []) + [
-          k for k in row if k not in (self._fieldnames or [])]
-      self._rewrite(old)
-    self._rounds.add(str(round_number))
-    with open(self._path, "a", newline="", encoding="utf-8") as f:
-      csv.DictWriter(f, fieldnames=self._fieldnames, restval="").writerow(row)
-
-
-def read_csv(path: str) -> list[dict[str, str]]:
-  with open(path, newline="", encoding="utf-8") as f:
-    return list(csv.DictReader(f))
-
-
-class TensorBoardWriter:
-  """Scalars to TensorBoard event files (tf.summary), flushed after every write."""
-
-  def __init__(self, directory: str):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self._tf = tf
-    self._writer = tf.summary.create_file_writer(directory)
-
-  def scalars(self, prefix: str, step: int, values: Mapping[str, Any]) -> None:
-    with self._writer.as_default():
-      for name, value in values.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-          self._tf.summary.scalar(f"{prefix}/{name}", float(value), step=step)
-    self._writer.flush()
-
-  def close(self) -> None:
-    self._writer.close()
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-  if isinstance(value, Mapping):
-    for k, v in value.items():
-      _flatten(f"{prefix}/{k}" if prefix else str(k), v, out)
-  else:
-    try:
-      out[prefix] = value.item() if hasattr(value, "item") else value
-    except (ValueError, AttributeError):
-      out[prefix] = value
-
-
-def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
-  """Nested TFF metrics (OrderedDicts of numpy scalars) -> {"a/b/c": python scalar}."""
-  out: dict[str, Any] = {}
-  _flatten("", metrics, out)
-  return {k: v for k, v in out.items() if isinstance(v, (int, float, bool, str))}
+from dp_fl import writers
 
 
 class RunOutputs:
@@ -137,10 +45,10 @@ class RunOutputs:
     self.root_dir = root_dir
     metrics_dir = os.path.join(root_dir, "metrics")
     os.makedirs(metrics_dir, exist_ok=True)
-    self._train = MetricsCsv(os.path.join(metrics_dir, "train.csv"), resume_round)
-    self._eval = MetricsCsv(os.path.join(metrics_dir, "eval.csv"), resume_round)
-    self._privacy = MetricsCsv(os.path.join(metrics_dir, "privacy.csv"), resume_round)
-    self._tensorboard = TensorBoardWriter(os.path.join(root_dir, "tensorboard"))
+    self._train = writers.MetricsCsv(os.path.join(metrics_dir, "train.csv"), resume_round)
+    self._eval = writers.MetricsCsv(os.path.join(metrics_dir, "eval.csv"), resume_round)
+    self._privacy = writers.MetricsCsv(os.path.join(metrics_dir, "privacy.csv"), resume_round)
+    self._tensorboard = writers.TensorBoardWriter(os.path.join(root_dir, "tensorboard"))
     self._progress = progress_stream
 
   def train(self, round_number: int, metrics: Mapping[str, Any]) -> None:

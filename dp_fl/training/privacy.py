@@ -19,6 +19,7 @@ import numpy as np
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import report as report_lib
 from dp_fl.participation import ledger as ledger_lib
+from dp_fl.training import runtimes
 
 
 def participation_from_realized(realized: ledger_lib.RealizedParticipation
@@ -214,10 +215,11 @@ def distributed_scope(config: Any) -> Scope:
           "participation of every client of it."),
   }
   scope = tuple((k, replaced.get(k, v)) for k, v in scope)
-  if config.workers is not None:
+  workers = runtimes.remote_workers(config)
+  if workers is not None:
     scope += (worker_partials_scope(config),)
     caveats += (
-        f"--workers={config.workers}: the training process receives each worker's sum of its "
+        f"--workers={workers}: the training process receives each worker's sum of its "
         "clients' integer messages, which carries only those clients' noise shares; the ε "
         "holds for the cohort's sum, i.e. against a server that sees the partials only "
         "combined (see 'released to this process by each worker').",)
@@ -226,12 +228,12 @@ def distributed_scope(config: Any) -> Scope:
 
 def worker_partials_scope(config: Any) -> tuple[str, str]:
   """The scope entry of what each remote worker returns to the training process under a
-  distributed-DP mechanism (`dp_fl/remote_workers.py`)."""
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  distributed-DP mechanism (`dp_fl/execution/remote_workers.py`)."""
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
   least = remote_workers.MIN_CLIENTS_PER_SECURE_PARTIAL
   return (
       "released to this process by each worker — NOT covered",
-      f"With --workers={config.workers} each round's cohort of c clients is split in "
+      f"With --workers={runtimes.remote_workers(config)} each round's cohort of c clients is split in "
       f"contiguous chunks, one per worker, of at least {least} clients each (fewer workers "
       f"are used when c < {least} × workers, and a cohort of one goes to one worker). Each "
       "worker returns to the training process the sum over its chunk of the clients' integer "

@@ -45,13 +45,15 @@ import numpy as np
 
 from dp_fl import files
 from dp_fl import resources
+from dp_fl import writers
+from dp_fl.execution import learners as learners_lib
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
+from dp_fl.training import budget
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
 from dp_fl.training import figures
-from dp_fl.training import learners as learners_lib
 from dp_fl.training import loop as loop_lib
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import policies as policies_lib
@@ -187,7 +189,7 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
       task.train_data.client_ids[0]).element_spec
   initial_model_fn = client_work.model_fn(task, element_spec)
   training_model_fn = client_work.model_fn(task, element_spec, initialize=False,
-                                           jit_compile=config.jit_compile)
+                                           jit_compile=config.runtime_settings.jit_compile)
   if config.client_optimizer == "adam":
     client_optimizer = tff.learning.optimizers.build_adam(
         learning_rate=config.client_learning_rate)
@@ -282,7 +284,7 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
   manager = checkpoints_lib.CheckpointManager(
       os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
   restored = manager.restore_latest()
-  saved = config_lib.check_saved(config)
+  saved = config_lib.check_saved(config, registry.config_from_dict)
   if restored is not None:
     check_checkpoint_privacy(restored, config, saved is not None)
   else:
@@ -291,10 +293,10 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
       _refuse_stray_mechanism(config)
   num_clients = len(task.train_data.client_ids)
   if (num_clients < config.clients_per_round
-      and config.participation not in registry.VARIABLE_COHORTS):
+      and not registry.PARTICIPATIONS[config.participation].variable_cohorts):
     raise ValueError(f"--clients_per_round={config.clients_per_round} exceeds the "
                      f"{num_clients} training clients of task {task.name!r}; lower it.")
-  resources.check_training(config, num_clients)
+  budget.check_training(config, num_clients)
   mechanism = build_mechanism(config)
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
@@ -325,7 +327,7 @@ def _refuse_lost_checkpoints(config: config_lib.TrainingConfig,
   model trained on the same users with fresh noise — a privacy cost the report would omit.
   """
   train_csv = os.path.join(config.root_dir, "metrics", "train.csv")
-  rows = len(outputs_lib.read_csv(train_csv)) if os.path.exists(train_csv) else 0
+  rows = len(writers.read_csv(train_csv)) if os.path.exists(train_csv) else 0
   leftovers = manager.rounds()
   if rows or leftovers:
     evidence = (f"{train_csv} has {rows} trained rounds" if rows else
@@ -382,15 +384,17 @@ def run(task: task_lib.Task, config: config_lib.TrainingConfig, *,
 
   Args:
     task: the task (data, model, metrics).
-    config: the run's validated configuration.
+    config: the run's configuration (`registry.make_config`; checked again by
+      `registry.validate`).
     progress_stream: where progress lines go (default: the current sys.stdout).
     max_rounds_this_call: stop (with a checkpoint) after this many rounds in this call —
       for tests and for chunked jobs; None runs to `config.rounds`.
 
   Returns:
-    A `RunResult`. Must be called inside `dp_fl.runtime.execution_context()`.
+    A `RunResult`. Must be called inside `dp_fl.execution.runtime.execution_context()`.
   """
   started = time.perf_counter()
+  registry.validate(config)
   check_root_dir(config.root_dir)
   with run_lock.RunDirectoryLock(config.root_dir):
     return _run_locked(task, config, progress_stream, max_rounds_this_call, started)
@@ -425,8 +429,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
   write_data_quality(task, config.root_dir, outputs)
   learner = learners_lib.runtime(config.runtime).learner(
-      process, state, config.client_epochs, config.device, workers=config.workers,
-      worker_timeout_seconds=config.worker_timeout_seconds, worker_tls=config.worker_tls())
+      process, state, config.client_epochs, **config.runtime_settings.learner_kwargs())
   del state
 
   def save_checkpoint(round_number: int) -> None:

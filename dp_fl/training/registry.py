@@ -2,7 +2,9 @@
 
 An entry of `MECHANISMS` owns everything the training tier needs for one mechanism name:
 
+    config = registry.make_config(**flag_values)    # the one way a TrainingConfig is built
     entry = registry.mechanism(config.mechanism)    # unknown names fail with the known ones
+    entry.settings_type                             # its flags: config.mechanism_settings
     entry.check_config(config)                      # participation it needs, σ > 0 if private
     mechanism = entry.load_or_build(config)         # DP-FTRL's C (None for the others)
     aggregator = entry.aggregator(config, mechanism, num_clients, noise_seed)
@@ -14,8 +16,18 @@ An entry of `MECHANISMS` owns everything the training tier needs for one mechani
 participation package's own `KIND` registry restores them from checkpoints). No name is
 compared as a string anywhere else in the training tier, and nothing falls back silently.
 
+A mechanism's own flags are the fields of its entry's settings dataclass (`BltSettings`,
+`BandedSettings`, `CpSgdSettings`, ...; `config_lib.setting` gives each its help text, and
+marks it privacy-relevant and its earlier names): `cli` generates the flags from them,
+`make_config` builds `config.mechanism_settings` from the flag values, `ignored_flags`
+refuses a flag the run's mechanism does not read, and the settings validate themselves.
+The participation's settings are dp_fl/participation/schemes.py's, the runtime's
+`runtimes.py`'s. `make_config` and `config_from_dict` (config.json of every version, the
+flat one of older runs included) end in `validate`, the checks that span the config and its
+entries; the config module itself knows no names.
+
 Imports of TensorFlow / TFF happen inside the methods that need them, so the configuration
-(which validates names against this registry) stays importable without them.
+stays importable without them.
 """
 
 from __future__ import annotations
@@ -25,31 +37,106 @@ import dataclasses
 import functools
 import math
 import os
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-
+from dp_fl import _checks
 from dp_fl.mechanisms import banded_inverse
 from dp_fl.mechanisms import bsr
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import two_band
-from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base as participation_base
-from dp_fl.participation import device_timer
-from dp_fl.participation import sampling
+from dp_fl.participation import schemes
 from dp_fl.training import amplified
 from dp_fl.training import calibration
+from dp_fl.training import config as config_lib
 from dp_fl.training import privacy as privacy_lib
-
-if TYPE_CHECKING:
-  from dp_fl.training import config as config_lib
+from dp_fl.training import runtimes
 
 MECHANISM_FILE = "mechanism.json"
 
 UNIFORM = "uniform"
 NUM_EXAMPLES = "num_examples"
 
-VARIABLE_COHORTS = ("poisson", "cyclic_poisson")
-"""Participations whose cohort size is random (it may exceed m)."""
+
+# ---------------------------------------------------------------------------------------
+# The settings of the mechanisms that read flags of their own (paper 004 Alg. 1; paper 000).
+
+_setting = config_lib.setting
+
+
+@dataclasses.dataclass(frozen=True)
+class DpFtrlSettings:
+  """What every DP-FTRL C is loaded from or built for (paper 004, Alg. 1)."""
+  mechanism_params: Optional[str] = _setting(
+      None, "JSON file with mechanism parameters (from scripts/mechanism)", privacy=True)
+  max_participations: Optional[int] = _setting(
+      None, "k the mechanism is optimized for (default ceil(n/b))", privacy=True)
+
+  def __post_init__(self):
+    if self.max_participations is not None:
+      _checks.check_positive_int("max_participations", self.max_participations)
+
+  def build_args(self) -> dict[str, Any]:
+    """The `catalog.build` arguments these settings give (besides n, b and the seed)."""
+    return {"max_participations": self.max_participations}
+
+
+@dataclasses.dataclass(frozen=True)
+class BltSettings(DpFtrlSettings):
+  """BLT (paper 004, Alg. 1 and 3): d, its buffers."""
+  blt_buffers: int = _setting(4, "d: BLT buffers", privacy=True)
+
+  def __post_init__(self):
+    super().__post_init__()
+    _checks.check_positive_int("blt_buffers", self.blt_buffers)
+
+  def build_args(self):
+    return {**super().build_args(), "buffers": self.blt_buffers}
+
+
+@dataclasses.dataclass(frozen=True)
+class BandedSettings(DpFtrlSettings):
+  """The banded families: p, the bands of C (BandMF, BSR) or of C⁻¹ (BISR, BandInvMF)."""
+  bands: Optional[int] = _setting(
+      None, "p: bands of the banded matrix, C for bandmf/bsr, C⁻¹ for bisr/bandinvmf "
+      "(default min(b, n); p − 1 model-sized buffers)", privacy=True,
+      aliases=("bandmf_bands",))
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.bands is not None:
+      _checks.check_positive_int("bands", self.bands)
+
+  def build_args(self):
+    return {**super().build_args(), "bands": self.bands}
+
+
+@dataclasses.dataclass(frozen=True)
+class CpSgdSettings:
+  """cpSGD's Binomial mechanism (paper 000, Sec. 4.3).
+
+  Attributes:
+    cpsgd_levels: k, the quantization levels of each coordinate (paper 000, Eq. 8).
+    cpsgd_trials: m, the Binomial trials of each client's noise share; None: the smallest m
+      whose noise in the sum is at least `noise_multiplier` × clip norm (what
+      `--calibrate_epsilon` sets).
+    cpsgd_p: p, each trial's success probability.
+    cpsgd_x_max: X_max, the bound rotated coordinates are clipped to; None: Thm. 4's
+      D √(2 log(2nd/δ)/d).
+  """
+  cpsgd_levels: int = _setting(16, "", privacy=True)
+  cpsgd_trials: Optional[int] = _setting(None, "", privacy=True)
+  cpsgd_p: float = _setting(0.5, "", privacy=True)
+  cpsgd_x_max: Optional[float] = _setting(None, "", privacy=True)
+
+  def __post_init__(self):
+    _checks.check_in_range("cpsgd_levels", self.cpsgd_levels, 2, 2 ** 30, integer=True,
+                           why="cpSGD quantizes each coordinate to k >= 2 levels; typical 2–256")
+    if self.cpsgd_trials is not None:
+      _checks.check_nonnegative_int("cpsgd_trials", self.cpsgd_trials)
+    _checks.check_open_unit("cpsgd_p", self.cpsgd_p)
+    if self.cpsgd_x_max is not None:
+      _checks.check_positive("cpsgd_x_max", self.cpsgd_x_max)
 
 
 class MechanismEntry(abc.ABC):
@@ -65,10 +152,12 @@ class MechanismEntry(abc.ABC):
   # The clients draw private randomness (their own noise shares): runs are not bitwise
   # reproducible, and a re-run round is a fresh release.
   client_randomness: bool = False
-  refused_participations: tuple[str, ...] = ()  # Variable-cohort schemes it cannot account.
-  # Config fields that only some mechanisms read, of which this one reads these: a flag of
-  # another mechanism's given for this one is refused, not ignored (`ignored_flags`).
-  settings: tuple[str, ...] = ()
+  # What its accounting needs of the participation (`schemes.ACCOUNTINGS`): each
+  # participation scheme says which it serves (`schemes.Scheme.check_mechanism`).
+  accounting: str = ""
+  # The type of `config.mechanism_settings`: the flags this mechanism reads beyond the common
+  # ones (a flag of another mechanism's given for this one is refused: `ignored_flags`).
+  settings_type: type = config_lib.NoSettings
 
   def check_config(self, config: "config_lib.TrainingConfig") -> None:
     """Raises ValueError for settings this mechanism cannot run or account for."""
@@ -77,13 +166,12 @@ class MechanismEntry(abc.ABC):
           f"`noise_multiplier` must be > 0 for --mechanism={self.name} (σ = 0 gives no "
           f"privacy); use {' or '.join('--mechanism=' + n for n in non_private_names())} "
           "for non-private training.")
-    if config.participation in self.refused_participations:
-      raise ValueError(
-          f"`mechanism`={self.name!r} is DP-FTRL; its correlated noise is accounted under "
-          "Poisson sampling only group by group: use --participation=cyclic_poisson (with "
-          "--mechanism=bandmf or dpsgd; --min_sep=1 is plain Poisson for dpsgd), "
-          "--participation=balls_in_bins (any C), --mechanism=dpfedavg with Poisson, or a "
-          "min-sep/device-timer participation.")
+    self.check_participation(config)
+
+  def check_participation(self, config: "config_lib.TrainingConfig") -> None:
+    """Raises ValueError when the run's participation scheme refuses this mechanism."""
+    schemes.scheme(config.participation).check_mechanism(
+        self, [n for n, e in MECHANISMS.items() if getattr(e, "banded", False)])
 
   def load_or_build(self, config: "config_lib.TrainingConfig"
                     ) -> Optional[catalog.Mechanism]:
@@ -133,27 +221,18 @@ _OPTIMIZED: dict[Any, catalog.Mechanism] = {}
 
 class DpFtrlEntry(MechanismEntry):
   """DP-FTRL with a correlated-noise matrix mechanism C (paper 004, Alg. 1); under an
-  amplifying participation (`amplified.AMPLIFICATIONS`) its σ and ε are amplified ones."""
+  amplifying participation (`amplified.of(scheme)`) its σ and ε are amplified ones."""
 
-  refused_participations = ("poisson",)  # Its amplification is cyclic_poisson's (G = 1).
+  accounting = schemes.CORRELATED
 
   def __init__(self, name: str, description: str, banded: bool = False,
-               settings: tuple[str, ...] = ()):
+               settings_type: type = DpFtrlSettings):
     self.name = name
     self.description = description
     self.banded = banded  # C is banded (cyclic Poisson's analysis applies).
-    # Every DP-FTRL C can be loaded from a file and is built for (n, b, k); `settings` adds
-    # the family's own knobs (BLT's buffers, the banded families' bands).
-    self.settings = ("mechanism_params", "max_participations") + tuple(settings)
-
-  def check_config(self, config):
-    super().check_config(config)
-    if (config.participation in amplified.BANDED_ONLY and not self.banded):
-      raise ValueError(
-          f"--participation={config.participation} needs a banded C (--mechanism="
-          f"{' or '.join(n for n, e in MECHANISMS.items() if getattr(e, 'banded', False))}"
-          f"); --mechanism={self.name}'s C is not banded. Use --participation=balls_in_bins "
-          "for any C.")
+    # Every DP-FTRL C can be loaded from a file and is built for (n, b, k): `DpFtrlSettings`,
+    # or a subclass with the family's own knobs (BLT's buffers, the banded families' bands).
+    self.settings_type = settings_type
 
   def load_or_build(self, config):
     """Loaded from the run directory when resuming (so a resumed run uses exactly the same
@@ -162,11 +241,10 @@ class DpFtrlEntry(MechanismEntry):
     whole configuration has been validated (`program.save_mechanism`), and refuses a
     mechanism.json that neither a config.json nor a checkpoint vouches for."""
     saved = os.path.join(config.root_dir, MECHANISM_FILE)
-    source = saved if os.path.exists(saved) else config.mechanism_params
-    build_args = dict(rounds=config.rounds, min_sep=config.min_sep,
-                      max_participations=config.max_participations, buffers=config.blt_buffers,
-                      bands=config.bands, optimize_for=None,  # The family's loss.
-                      seed=config.seed)
+    settings = config.mechanism_settings
+    source = saved if os.path.exists(saved) else settings.mechanism_params
+    build_args = dict(rounds=config.rounds, min_sep=config.min_sep, optimize_for=None,
+                      seed=config.seed, **settings.build_args())  # None: the family's loss.
     key = None if source else (self.name, tuple(sorted(build_args.items())))
     mechanism = _OPTIMIZED.get(key) if key else None
     if mechanism is None:
@@ -185,7 +263,7 @@ class DpFtrlEntry(MechanismEntry):
         clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
 
   def accountant(self, config, mechanism, num_clients):
-    amplification = amplified.AMPLIFICATIONS.get(config.participation)
+    amplification = amplified.of(schemes.scheme(config.participation))
     if amplification is not None:
       amplification.check(config, mechanism, num_clients)
       return amplification.accountant(config, mechanism, num_clients)
@@ -194,7 +272,7 @@ class DpFtrlEntry(MechanismEntry):
         config.delta, scope=privacy_lib.release_scope(config, sampled=False))
 
   def calibrated_participation(self, config, num_clients):
-    if config.participation in amplified.AMPLIFICATIONS:
+    if amplified.of(schemes.scheme(config.participation)) is not None:
       return None  # The amplified analyses plan for the scheme's own schedule.
     planned = planned_participation(config, num_clients)
     return dataclasses.replace(planned, min_cohort=None)  # DP-FTRL's sens ignores it.
@@ -209,7 +287,7 @@ class DpFtrlEntry(MechanismEntry):
     population `num_clients` (`amplified.py`)."""
     from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
     mechanism = self.load_or_build(config)
-    amplification = amplified.AMPLIFICATIONS.get(config.participation)
+    amplification = amplified.of(schemes.scheme(config.participation))
     if amplification is not None:
       if num_clients is None:
         raise ValueError(f"Calibrating σ under --participation={config.participation} needs "
@@ -232,19 +310,16 @@ class DpFedAvgEntry(MechanismEntry):
   name = "dpfedavg"
   description = "DP-FedAvg with Poisson user sampling (paper 001)"
   weighting = NUM_EXAMPLES
-  participation = "poisson"  # Its accountant is the Poisson-subsampled Gaussian.
+  accounting = schemes.POISSON_GAUSSIAN  # Its accountant: the Poisson-subsampled Gaussian.
 
   def check_config(self, config):
-    if config.participation != self.participation:
-      raise ValueError(
-          "`mechanism`='dpfedavg' is DP-FedAvg with Poisson user sampling (paper 001); it "
-          f"needs --participation=poisson, got {config.participation!r}. For a fixed cohort "
-          "use --mechanism=dpsgd.")
+    self.check_participation(config)
     super().check_config(config)
 
   @staticmethod
   def sampling_rate(config, num_clients: int) -> float:
-    return config.population_sampling_rate or config.clients_per_round / num_clients
+    """q of the run's Poisson sampling (a scheme serving `POISSON_GAUSSIAN` has one)."""
+    return schemes.scheme(config.participation).sampling_rate(config, num_clients)
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None):
     from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
@@ -266,8 +341,9 @@ class DpFedAvgEntry(MechanismEntry):
     """The smallest z reaching `target_epsilon` for T = rounds (RDP accountant), for the
     population `num_clients` (q = m / N) or the one `--population_sampling_rate` implies."""
     from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
-    if config.population_sampling_rate is not None:
-      population = config.clients_per_round / config.population_sampling_rate
+    rate = config.participation_settings.population_sampling_rate
+    if rate is not None:
+      population = config.clients_per_round / rate
     elif num_clients is not None:
       population = num_clients
     else:
@@ -282,6 +358,7 @@ class NoNoiseEntry(MechanismEntry):
   aggregators' estimator without the noise (`clip`); both zero for an empty round."""
 
   private = False
+  accounting = schemes.NOT_PRIVATE
 
   def __init__(self, name: str, description: str, clipped: bool):
     self.name = name
@@ -320,22 +397,24 @@ class CpSgdEntry(MechanismEntry):
   description = "cpSGD: Rot(s_k(Bin(m, p)), HA), distributed Binomial noise (paper 000)"
   needs_model_dimension = True
   client_randomness = True
-  refused_participations = ("poisson", "cyclic_poisson", "balls_in_bins")
-  settings = ("cpsgd_levels", "cpsgd_trials", "cpsgd_p", "cpsgd_x_max")
+  accounting = schemes.COMPOSED  # Its rounds composed, without amplification by sampling.
+  settings_type = CpSgdSettings
 
   @staticmethod
   def check_workers(config) -> None:
     """With --workers, each worker returns to this process the sum of its clients' messages
-    (`dp_fl/remote_workers.py`): refuses a cohort that would leave a worker too few clients."""
-    if config.workers is None:
+    (`dp_fl/execution/remote_workers.py`): refuses a cohort that would leave a worker too few
+    clients."""
+    workers = runtimes.remote_workers(config)
+    if workers is None:
       return
-    from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
-    from dp_fl import runtime as runtime_lib  # pylint: disable=g-import-not-at-top
-    count = len(runtime_lib.parse_workers(config.workers))
+    from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+    from dp_fl.execution import runtime as runtime_lib  # pylint: disable=g-import-not-at-top
+    count = len(runtime_lib.parse_workers(workers))
     least = remote_workers.MIN_CLIENTS_PER_SECURE_PARTIAL
     if config.clients_per_round < least * count:
       raise ValueError(
-          f"--mechanism=cpsgd with --workers={config.workers} ({count} workers) and "
+          f"--mechanism=cpsgd with --workers={workers} ({count} workers) and "
           f"--clients_per_round={config.clients_per_round}: each worker returns to this "
           "process the sum of its clients' integer messages, which carries only their noise "
           f"shares, so a worker needs at least {least} clients of a round (over one client "
@@ -345,23 +424,19 @@ class CpSgdEntry(MechanismEntry):
 
   def check_config(self, config):
     from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
     self.check_workers(config)
-    cpsgd_accounting.check_symmetric(config.cpsgd_p)
-    if config.participation in self.refused_participations:
-      raise ValueError(
-          f"--mechanism=cpsgd is accounted without amplification by sampling (paper 000 "
-          f"composes its rounds); --participation={config.participation} would suggest a "
-          "sampled guarantee it does not give. Use --participation=device_timer, "
-          "min_sep_rounds, uniform or cyclic.")
+    cpsgd_accounting.check_symmetric(settings.cpsgd_p)
+    self.check_participation(config)
     if config.on_nonfinite == "discard":
       raise ValueError(
           "--mechanism=cpsgd with --on_nonfinite=discard: the server sees every round's sum "
           "(distributed DP trusts it with nothing else), so a discarded round is still "
           "released and the ledger would not count it. Use --on_nonfinite=stop.")
-    if config.cpsgd_trials == 0:
+    if settings.cpsgd_trials == 0:
       raise ValueError("--cpsgd_trials=0 adds no noise (no privacy); use m >= 1, or "
                        "--mechanism=clip for the non-private baseline.")
-    if config.cpsgd_trials is None:
+    if settings.cpsgd_trials is None:
       super().check_config(config)
 
   @staticmethod
@@ -371,18 +446,19 @@ class CpSgdEntry(MechanismEntry):
     if model_dimension is None:
       raise ValueError("--mechanism=cpsgd needs the model's dimension (its analysis and "
                        "X_max depend on it).")
-    x_max = config.cpsgd_x_max or cpsgd.rotated_x_max(
+    settings = config.mechanism_settings
+    x_max = settings.cpsgd_x_max or cpsgd.rotated_x_max(
         config.clip_norm, config.clients_per_round, model_dimension, config.delta)
-    spacing = 2.0 * x_max / (config.cpsgd_levels - 1)
+    spacing = 2.0 * x_max / (settings.cpsgd_levels - 1)
     if num_trials is None:
-      num_trials = config.cpsgd_trials
+      num_trials = settings.cpsgd_trials
     if num_trials is None:  # The smallest m with w √(n m p(1−p)) >= σζ.
-      per_trial = (spacing ** 2 * config.clients_per_round * config.cpsgd_p
-                   * (1.0 - config.cpsgd_p))
+      per_trial = (spacing ** 2 * config.clients_per_round * settings.cpsgd_p
+                   * (1.0 - settings.cpsgd_p))
       num_trials = max(1, math.ceil(
           (config.noise_multiplier * config.clip_norm) ** 2 / per_trial * (1 - 1e-12)))
-    return cpsgd.Protocol(num_levels=config.cpsgd_levels, num_trials=int(num_trials),
-                          p=config.cpsgd_p, x_max=x_max, clip_norm=config.clip_norm)
+    return cpsgd.Protocol(num_levels=settings.cpsgd_levels, num_trials=int(num_trials),
+                          p=settings.cpsgd_p, x_max=x_max, clip_norm=config.clip_norm)
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None, model_dimension=None):
     from dp_fl.aggregators import cpsgd  # pylint: disable=g-import-not-at-top
@@ -425,10 +501,11 @@ class CpSgdEntry(MechanismEntry):
   def planned_epsilon(self, config, target_epsilon, num_clients=None, model_dimension=None):
     """With `--cpsgd_trials` the noise is m's, not the target's: the ε m gives for the
     planned participation (what the report will say if the run realizes it)."""
-    if config.cpsgd_trials is None:
+    trials = config.mechanism_settings.cpsgd_trials
+    if trials is None:
       return target_epsilon, ""
-    return (self._epsilon_of_trials(config, config.cpsgd_trials, num_clients, model_dimension),
-            f"--cpsgd_trials={config.cpsgd_trials} sets the noise, not the target")
+    return (self._epsilon_of_trials(config, trials, num_clients, model_dimension),
+            f"--cpsgd_trials={trials} sets the noise, not the target")
 
   def calibrated_participation(self, config, num_clients):
     return planned_participation(config, num_clients)
@@ -443,15 +520,14 @@ class CpSgdEntry(MechanismEntry):
     dimension = cpsgd.padded_dimension(model_dimension)
     k, cohort = self.planned(config, num_clients)
     args = (base.num_levels, base.p, base.x_max, base.clip_norm, dimension, cohort, k)
-    if config.cpsgd_trials is not None:
-      reached = self._epsilon_of_trials(config, config.cpsgd_trials, num_clients,
-                                        model_dimension)
+    trials = config.mechanism_settings.cpsgd_trials
+    if trials is not None:
+      reached = self._epsilon_of_trials(config, trials, num_clients, model_dimension)
       if reached > target_epsilon:
         raise ValueError(
-            f"--cpsgd_trials={config.cpsgd_trials} gives ε = {reached:.4g} > the target "
+            f"--cpsgd_trials={trials} gives ε = {reached:.4g} > the target "
             f"{target_epsilon:g} for the planned schedule (k = {k}, cohorts of at least "
             f"{cohort}); drop --cpsgd_trials to calibrate m, or raise it.")
-      trials = config.cpsgd_trials
     else:
       trials = _cached(cpsgd_accounting.trials_for_epsilon, *args, target_epsilon,
                        config.delta)
@@ -479,26 +555,24 @@ def _cached(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:
-  """The DP aggregators' fixed denominator: qN under Poisson sampling (DP-FedAvg, paper 001
-  Alg. 1), else the report goal m (DP-FTRL, paper 004 Alg. 1)."""
-  if config.participation == "poisson":
-    return DpFedAvgEntry.sampling_rate(config, num_clients) * num_clients
-  return float(config.clients_per_round)
+  """The DP aggregators' fixed denominator: the participation scheme's expected cohort (qN
+  under Poisson sampling, paper 001 Alg. 1; else the report goal m, paper 004 Alg. 1)."""
+  return schemes.scheme(config.participation).expected_cohort(config, num_clients)
 
 
 MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
-    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", settings=("blt_buffers",)),
+    DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", settings_type=BltSettings),
     DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True,
-                settings=("bands",)),
+                settings_type=BandedSettings),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
     DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description),
     DpFtrlEntry(bsr.NAME, "BSR DP-FTRL, the p-banded square root of A (Kalinin and Lampert "
-                "2024)", banded=True, settings=("bands",)),
+                "2024)", banded=True, settings_type=BandedSettings),
     DpFtrlEntry(banded_inverse.BISR, "BISR DP-FTRL, C⁻¹ the p-banded inverse square root of A "
-                "(Kalinin et al. 2025)", settings=("bands",)),
+                "(Kalinin et al. 2025)", settings_type=BandedSettings),
     DpFtrlEntry(banded_inverse.BANDINVMF, "BandInvMF DP-FTRL, banded C⁻¹ optimized for RmsLoss "
-                "under (n, b, k) (Kalinin et al. 2025)", settings=("bands",)),
+                "under (n, b, k) (Kalinin et al. 2025)", settings_type=BandedSettings),
     DpFedAvgEntry(),
     CpSgdEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
@@ -520,17 +594,18 @@ def non_private_names() -> tuple[str, ...]:
 
 
 def ignored_flags(given: Mapping[str, Any], runs: Sequence[tuple[str, str]]) -> list[str]:
-  """Why each flag in `given` (field -> value, what the user passed) would be ignored by
+  """Why each flag in `given` (flag -> value, what the user passed) would be ignored by
   every one of `runs` ((mechanism, participation) pairs): a setting that only some
-  mechanisms (`MechanismEntry.settings`) or participations (`PARTICIPATION_SETTINGS`) read,
+  mechanisms (`MechanismEntry.settings_type`) or participations (`schemes.readers`) read,
   none of which is run. Empty when every given flag is read by some run."""
   out = []
   for field, value in given.items():
-    readers = [name for name, e in MECHANISMS.items() if field in e.settings]
+    readers = [name for name, e in MECHANISMS.items()
+               if field in _field_names(e.settings_type)]
     used = [m for m, _ in runs if m in readers]
     kind = "mechanism"
     if not readers:
-      readers = list(PARTICIPATION_SETTINGS.get(field, ()))
+      readers = list(schemes.readers(field))
       used = [p for _, p in runs if p in readers]
       kind = "participation"
     if not readers or used:
@@ -544,52 +619,125 @@ def ignored_flags(given: Mapping[str, Any], runs: Sequence[tuple[str, str]]) -> 
 
 
 # ---------------------------------------------------------------------------------------
-# Participation.
+# Configs: built from flag values, read from config.json of any version, validated whole.
 
-SchedulerBuilder = Callable[["config_lib.TrainingConfig", int, int],
-                            participation_base.Scheduler]
-
-
-def _device_timer(config, num_clients, seed, by_hours: bool):
-  # The simulated time zones are public: from `config.seed`, not the secret seed.
-  availability = availability_lib.simulated(config.availability, num_clients, config.seed)
-  timer = ({"min_separation_hours": config.timer_hours} if by_hours
-           else {"min_separation_rounds": config.min_sep})
-  return device_timer.DeviceTimerScheduler(
-      num_clients, config.clients_per_round, config.rounds, seed, availability=availability,
-      round_duration_hours=config.round_hours, **timer)
+_NAME_DEFAULTS = {f.name: f.default for f in dataclasses.fields(config_lib.TrainingConfig)
+                  if f.name in config_lib.NAMES}
+_COMMON = tuple(f.name for f in dataclasses.fields(config_lib.TrainingConfig)
+                if f.name not in config_lib.SETTINGS)
 
 
-PARTICIPATION_SETTINGS: dict[str, tuple[str, ...]] = {
-    "timer_hours": ("device_timer",),
-    "round_hours": ("device_timer", "min_sep_rounds"),
-    "availability": ("device_timer", "min_sep_rounds"),
-    "population_sampling_rate": ("poisson",),
-}
-"""Config fields only some participations' schedulers read, and which (`ignored_flags`)."""
-
-AVAILABILITIES = availability_lib.SIMULATED
-"""`--availability`: how the device-timer emulation simulates device availability."""
-
-PARTICIPATIONS: dict[str, SchedulerBuilder] = {
-    "device_timer": lambda c, n, s: _device_timer(c, n, s, by_hours=True),
-    "min_sep_rounds": lambda c, n, s: _device_timer(c, n, s, by_hours=False),
-    "poisson": lambda c, n, s: sampling.PoissonScheduler(
-        n, c.population_sampling_rate or c.clients_per_round / n, s),
-    "balls_in_bins": lambda c, n, s: sampling.BallsInBinsScheduler(
-        n, amplified.BallsInBins.num_bins(c, n), s, fixed_size=c.clients_per_round),
-    "cyclic_poisson": lambda c, n, s: sampling.CyclicPoissonScheduler(
-        n, c.min_sep, amplified.CyclicPoisson.sampling_probability(c, n), s),
-    "uniform": lambda c, n, s: sampling.UniformScheduler(n, c.clients_per_round, s),
-    "cyclic": lambda c, n, s: sampling.CyclicScheduler(n, c.clients_per_round, s),
-}
-"""`--participation`: the builder of the scheduler that picks each round's clients."""
+def _field_names(settings_type: type) -> tuple[str, ...]:
+  return tuple(f.name for f in dataclasses.fields(settings_type))
 
 
+def setting_fields() -> dict[str, tuple[str, dataclasses.Field]]:
+  """Every flag of a settings dataclass once: name -> (kind, field), the kinds in the order
+  mechanism (in `MECHANISMS`' order), participation, runtime."""
+  out: dict[str, tuple[str, dataclasses.Field]] = {}
+  for entry in MECHANISMS.values():
+    for field in dataclasses.fields(entry.settings_type):
+      out.setdefault(field.name, ("mechanism", field))
+  for kind, fields in (("participation", schemes.setting_fields()),
+                       ("runtime", runtimes.setting_fields())):
+    for name, field in fields.items():
+      out.setdefault(name, (kind, field))
+  return out
 
-ROUND_SEPARATED = ("min_sep_rounds",)
-"""Participations whose rule keeps `--min_sep` rows of C between two participations of a
-client, whatever the population."""
+
+def make_config(**values: Any) -> config_lib.TrainingConfig:
+  """The validated TrainingConfig of flag values: the common fields and every setting by its
+  flag name (what `config.flags()` returns; earlier names of a setting accepted).
+
+  `config.mechanism_settings` is the run's mechanism entry's `settings_type` built from the
+  values it declares (the others are left at their defaults), likewise the participation's
+  and the runtime's (`runtimes.settings_from`). A value of a setting the run's mechanism or
+  participation does not read is validated all the same, then not kept: the binaries refuse
+  such a flag (`ignored_flags`), and a saved config of an older version holds every one.
+  """
+  flags = setting_fields()
+  for name, (_, field) in flags.items():  # Earlier names.
+    for alias in field.metadata.get("aliases", ()):
+      if alias in values and name not in values:
+        values[name] = values.pop(alias)
+  unknown = sorted(set(values) - set(_COMMON) - set(flags))
+  if unknown:
+    raise ValueError(f"Unknown training config fields {unknown}; known: "
+                     f"{sorted(set(_COMMON) | set(flags))}.")
+  names = {**_NAME_DEFAULTS, **{k: values[k] for k in config_lib.NAMES if k in values}}
+  entry = mechanism(names["mechanism"])
+  scheme = schemes.scheme(names["participation"])
+  for settings_type in dict.fromkeys([e.settings_type for e in MECHANISMS.values()]
+                                     + [s.settings_type for s in schemes.SCHEMES.values()]):
+    _settings(settings_type, values)  # Every value given is checked, read or not.
+  names["runtime"], runtime_settings = runtimes.settings_from(values, names["runtime"])
+  config = config_lib.TrainingConfig(
+      **{k: v for k, v in values.items() if k in _COMMON and k not in names}, **names,
+      mechanism_settings=_settings(entry.settings_type, values),
+      participation_settings=scheme.settings_from(values),
+      runtime_settings=runtime_settings)
+  validate(config)
+  return config
+
+
+def _settings(settings_type: type, values: Mapping[str, Any]) -> Any:
+  """`settings_type` with the fields `values` gives (validated by its `__post_init__`)."""
+  own = _field_names(settings_type)
+  return settings_type(**{k: v for k, v in values.items() if k in own})
+
+
+def validate(config: config_lib.TrainingConfig) -> None:
+  """Raises ValueError unless `config`'s names are known, each of its settings has the type
+  its entry declares, and the entries accept the whole (`MechanismEntry.check_config`: the
+  participation a mechanism needs, σ > 0 if private, ...)."""
+  entry = mechanism(config.mechanism)
+  expected = (entry.settings_type, schemes.scheme(config.participation).settings_type,
+              runtimes.settings_type(config.runtime))
+  for field, settings_type in zip(config_lib.SETTINGS, expected):
+    if type(getattr(config, field)) is not settings_type:
+      raise ValueError(
+          f"`{field}` must be a {settings_type.__name__} for --mechanism={config.mechanism}, "
+          f"--participation={config.participation}, --runtime={config.runtime}; got "
+          f"{getattr(config, field)!r}. Build configs with registry.make_config.")
+  entry.check_config(config)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> config_lib.TrainingConfig:
+  """The validated config saved as `data` (`TrainingConfig.to_dict()`, config.json): its
+  settings nested under `mechanism_settings`, ... (this version), or every field flat, as
+  older versions wrote it (earlier names of a setting included)."""
+  if not isinstance(data, Mapping):
+    raise ValueError(f"A training config must be a JSON object; got {type(data).__name__}.")
+  values = {k: v for k, v in data.items() if k not in config_lib.SETTINGS}
+  nested = [name for name in config_lib.SETTINGS if name in data]
+  if not nested:
+    return make_config(**values)  # The flat config.json of an older version.
+  unknown = sorted(set(values) - set(_COMMON))
+  if unknown:
+    raise ValueError(f"Unknown training config fields {unknown}; known: "
+                     f"{sorted(set(_COMMON) | set(config_lib.SETTINGS))}.")
+  for name in nested:
+    section = data[name]
+    if not isinstance(section, Mapping) or set(section) & set(values):
+      raise ValueError(f"`{name}` of a saved training config must be a JSON object of its "
+                       f"settings; got {section!r}.")
+    values.update(section)
+  config = make_config(**values)
+  for name in nested:
+    known = _field_names(type(getattr(config, name)))
+    stray = sorted(set(data[name]) - set(known))
+    if stray:
+      raise ValueError(f"Unknown {name} fields {stray} for --mechanism={config.mechanism}, "
+                       f"--participation={config.participation}, --runtime="
+                       f"{config.runtime}; known: {list(known)}.")
+  return config
+
+
+# ---------------------------------------------------------------------------------------
+# Participation: the entries of dp_fl/participation/schemes.py.
+
+PARTICIPATIONS = schemes.SCHEMES
+"""`--participation`: each scheme's entry (`schemes.Scheme`), by name."""
 
 
 def planned_participation(config: "config_lib.TrainingConfig", num_clients: Optional[int]
@@ -598,14 +746,10 @@ def planned_participation(config: "config_lib.TrainingConfig", num_clients: Opti
   (`calibration.py`), or its rule alone where the population is not known."""
   return calibration.planned_participation(
       config, num_clients, scheduler,
-      rule_min_sep=config.min_sep if config.participation in ROUND_SEPARATED else None)
+      rule_min_sep=schemes.scheme(config.participation).rule_separation(config))
 
 
 def scheduler(config: "config_lib.TrainingConfig", num_clients: int,
               seed: int) -> participation_base.Scheduler:
   """The scheduler of `config.participation`; unknown names fail with the known ones."""
-  builder = PARTICIPATIONS.get(config.participation)
-  if builder is None:
-    raise ValueError(f"`participation` must be one of {tuple(PARTICIPATIONS)}; got "
-                     f"{config.participation!r}.")
-  return builder(config, num_clients, seed)
+  return schemes.scheme(config.participation).scheduler(config, num_clients, seed)

@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Any, Optional, Sequence
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.training import cli
 
 TASK_FIELDS = ("data_dir", "corpus", "word_count_file", "vocab_size", "num_oov_buckets",

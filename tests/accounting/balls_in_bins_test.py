@@ -19,6 +19,7 @@ from scipy import integrate, optimize, special
 
 import dp_accounting
 from dp_fl.accounting import balls_in_bins as bib
+from dp_fl.accounting import verification
 
 
 def _blt_coefs(n, theta=(0.99, 0.9), omega=(0.1, 0.2)):
@@ -322,10 +323,10 @@ def test_streaming_fallback_gives_same_root(monkeypatch):
 
 def test_required_num_samples_is_minimal():
   for dv, d in [(8e-6, 1e-5), (0.04, 0.05), (1e-3, 2e-3)]:
-    need = bib.required_num_samples(dv, d)
-    assert bib.verification_failure_probability(need, dv, d) <= d
-    assert bib.verification_failure_probability(need - 1, dv, d) > d
-  assert 5e7 < bib.required_num_samples(8e-6, 1e-5) < 6e7
+    need = verification.required_num_samples(dv, d)
+    assert verification.verification_failure_probability(need, dv, d) <= d
+    assert verification.verification_failure_probability(need - 1, dv, d) > d
+  assert 5e7 < verification.required_num_samples(8e-6, 1e-5) < 6e7
 
 
 def test_estimate_verify_release_releases_only_when_verified():
@@ -353,7 +354,7 @@ def test_estimate_verify_release_releases_only_when_verified():
 
 def test_estimate_verify_release_rejects_too_few_samples():
   pair = bib.dominating_pair(num_bins=3, num_epochs=2, matrix=np.eye(6))
-  need = bib.required_num_samples(0.04, 0.05)
+  need = verification.required_num_samples(0.04, 0.05)
   with pytest.raises(ValueError, match=f"num_samples >= {need}"):
     bib.estimate_verify_release(pair, noise_multiplier=1.0, epsilon=1.0,
                                 delta=0.05, delta_verify=0.04,
@@ -440,7 +441,7 @@ def test_too_few_samples_error_and_warning(pair):
 
 def test_delta_verify_must_be_below_delta():
   with pytest.raises(ValueError, match="delta_verify"):
-    bib.required_num_samples(1e-5, 1e-5)
+    verification.required_num_samples(1e-5, 1e-5)
 
 
 def test_generator_seed_is_accepted(pair):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 def main(argv: list[str]) -> int:

@@ -73,6 +73,8 @@ def test_the_binary_prints_table_1_writes_figures_and_resumes(tmp_path, capsys):
     assert os.path.getsize(os.path.join(out, name)) > 0
   summary = json.loads(open(os.path.join(out, "comparison.json")).read())
   assert len(summary["rows"]) == 4
+  # comparison.md is drawn from comparison.json alone, and says what the binary printed.
+  assert open(os.path.join(out, "comparison.md"), encoding="utf-8").read() + "\n" == table
   private = [r for r in summary["rows"] if r["private"]]
   assert all(np.isfinite(r["epsilon"]) and r["epsilon"] > 0 for r in private)
   # Run again: every run is read back (its result.json), the same numbers come out.

@@ -2,7 +2,7 @@
 
 Paper 004: Thm. 3.1 (sensitivity), Prop. 3.3 (MaxError, RmsError), Alg. 4 (the
 optimizer's loss and its gradient). The oracles materialize the n coefficients:
-`Blt._evaluate_materialized`, `blt._loss_from_gaps`, direct sums.
+`oracles.blt_evaluate_materialized`, `oracles.blt_loss_from_gaps`, direct sums.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import pytest
 
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import blt_closed_form as cf
+from dp_fl.mechanisms import blt_optimize
+from tests.mechanisms import oracles
 
 RTOL = 1e-10  # Closed form vs materialized: values.
 FIELDS = ("sensitivity", "max_error", "rms_error", "max_loss", "rms_loss")
@@ -91,7 +93,7 @@ def test_evaluate_matches_materialized(name):
   worst = 0.0
   for n, min_sep, k in SETTINGS:
     closed = m.evaluate(n, min_sep, k)
-    materialized = m._evaluate_materialized(n, min_sep, k)
+    materialized = oracles.blt_evaluate_materialized(m, n, min_sep, k)
     for field in FIELDS:
       err = _relative(getattr(closed, field), getattr(materialized, field))
       assert err <= RTOL, (name, n, min_sep, k, field, err)
@@ -104,7 +106,7 @@ def test_evaluate_matches_materialized(name):
 def test_public_methods_match_materialized(name):
   m = BLTS[name]
   n, min_sep, k = 5000, 700, 8
-  materialized = m._evaluate_materialized(n, min_sep, k)
+  materialized = oracles.blt_evaluate_materialized(m, n, min_sep, k)
   assert m.sensitivity(n, min_sep, k) == pytest.approx(materialized.sensitivity, rel=RTOL)
   assert m.max_error(n) == pytest.approx(materialized.max_error, rel=RTOL)
   assert m.rms_error(n) == pytest.approx(materialized.rms_error, rel=RTOL)
@@ -185,7 +187,7 @@ LOSS_SETTINGS = [(2, 1, 2), (10, 3, 4), (300, 40, 5), (300, 1, 300), (2000, 400,
 
 
 def _materialized(z, n, min_sep, k, loss, penalty):
-  parts = blt._loss_from_gaps(z[1::2], z[0::2], n, min_sep, k, loss, penalty)
+  parts = oracles.blt_loss_from_gaps(z[1::2], z[0::2], n, min_sep, k, loss, penalty)
   grad = np.empty_like(z)
   grad[0::2] = parts.grad_gap_hat
   grad[1::2] = parts.grad_gap
@@ -243,11 +245,11 @@ def test_gradient_matches_central_differences(name, loss):
 def test_optimizer_objective_in_logits_matches_materialized(loss):
   for name in ("d3_gap1e-11", "d4_gap1e-08", "app_a_400"):
     z = GAPS[name]
-    y = blt._params_from_gaps(z[1::2].copy(), z[0::2].copy())
-    np.testing.assert_allclose(blt._gaps_from_params(y)[0], z[1::2], rtol=1e-12)
+    y = blt_optimize._params_from_gaps(z[1::2].copy(), z[0::2].copy())
+    np.testing.assert_allclose(blt_optimize._gaps_from_params(y)[0], z[1::2], rtol=1e-12)
     args = (2052, 342, 6, loss, 1e-7)
-    f, grad = blt._objective(y, *args)
-    f_ref, grad_ref = blt._objective_materialized(y, *args)
+    f, grad = oracles.blt_objective_at(y, *args)
+    f_ref, grad_ref = oracles.blt_objective_materialized(y, *args)
     assert f == pytest.approx(f_ref, rel=RTOL)
     np.testing.assert_allclose(grad, grad_ref, rtol=1e-7, atol=1e-9 * abs(f_ref))
 

@@ -10,35 +10,7 @@ import pytest
 
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import catalog
-
-
-def _dense_lower_triangular(mechanism, n):
-  data = mechanism.lower_triangular_input(n)
-  if "matrix" in data:
-    return data["matrix"]
-  c = data["toeplitz_coefs"]
-  out = np.zeros((n, n))
-  for j in range(n):
-    out[j:, j] = c[:n - j]
-  return out
-
-
-def _brute_force_sensitivity(c, min_sep, k):
-  """max over patterns of ||C u(π)|| by enumeration (C >= 0, small n)."""
-  n = c.shape[1]
-  best = 0.0
-
-  def visit(start, chosen):
-    nonlocal best
-    if chosen:
-      best = max(best, float(np.linalg.norm(c[:, chosen].sum(axis=1))))
-    if len(chosen) == k:
-      return
-    for i in range(start, n):
-      visit(i + min_sep, chosen + [i])
-
-  visit(0, [])
-  return best
+from tests.mechanisms import oracles
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +24,7 @@ def built_small():
 def test_streaming_noise_inverts_the_mechanisms_c(built_small, name):
   mechanism = built_small[name]
   n = 24
-  c = _dense_lower_triangular(mechanism, n)
+  c = oracles.dense_strategy(mechanism, n)
   np.testing.assert_allclose(mechanism.streaming_noise(n).materialize(n) @ c, np.eye(n),
                              atol=1e-10)
 
@@ -66,14 +38,14 @@ def test_evaluation_matches_dense_brute_force(built_small, name):
   if name in ("tree", "tree_full"):
     from dp_fl.mechanisms import tree  # pylint: disable=g-import-not-at-top
     c_tree = tree.binary_tree_matrix(n)
-    sens = _brute_force_sensitivity(c_tree, b, k)
+    sens = oracles.max_pattern_norm(c_tree, b, k)
     if name == "tree":
       b_matrix = a @ np.linalg.inv(tree.online_tree_matrix(n))
     else:
       b_matrix = a @ np.linalg.pinv(c_tree)
   else:
-    c = _dense_lower_triangular(mechanism, n)
-    sens = _brute_force_sensitivity(c, b, k)
+    c = oracles.dense_strategy(mechanism, n)
+    sens = oracles.max_pattern_norm(c, b, k)
     b_matrix = a @ np.linalg.inv(c)
   errors = np.sum(b_matrix ** 2, axis=1)
   assert ev.sensitivity == pytest.approx(sens, rel=1e-9)

@@ -112,6 +112,11 @@ def test_the_secure_sum_never_wraps(n, k, m):
   assert protocol.bits_per_coordinate == max(1, math.ceil(math.log2(k + m)))
 
 
+def test_bits_per_coordinate_hold_every_message():
+  assert cpsgd.bits_per_coordinate(2, 254) == 8      # values 0..255
+  assert cpsgd.bits_per_coordinate(2, 255) == 9
+
+
 def test_protocol_rejects_bad_parameters():
   with pytest.raises(ValueError, match="num_levels"):
     cpsgd.Protocol(1, 0, 0.5, 1.0, 1.0)

@@ -6,7 +6,6 @@ of the module's own `participation_patterns`.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import hypothesis
@@ -16,6 +15,7 @@ import pytest
 
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import toeplitz
+from tests.mechanisms import oracles
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=60)
 
@@ -24,31 +24,15 @@ _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=60
 # Brute-force references.
 
 
-def brute_patterns(n: int, b: int, k: int) -> set[tuple[int, ...]]:
-  """Non-empty subsets of range(n) with <= k rounds pairwise >= b apart."""
-  out = set()
-  for size in range(1, k + 1):
-    for combo in itertools.combinations(range(n), size):
-      if all(y - x >= b for x, y in zip(combo, combo[1:])):
-        out.add(combo)
-  return out
-
-
-def brute_max_norm(c: np.ndarray, b: int, k: int) -> float:
-  """max over Pi(b, k) of ||C u(pi)||."""
-  return max(np.linalg.norm(c[:, list(p)].sum(axis=1))
-             for p in brute_patterns(c.shape[1], b, k))
-
-
 def brute_max_column_norms(c: np.ndarray, b: int, k: int) -> float:
   """sqrt(max over Pi(b, k) of sum_{i in pi} ||C[:, i]||^2)."""
   sq = np.sum(c * c, axis=0)
-  return math.sqrt(max(sq[list(p)].sum() for p in brute_patterns(c.shape[1], b, k)))
+  return math.sqrt(max(sq[list(p)].sum() for p in oracles.separated_patterns(c.shape[1], b, k)))
 
 
 def brute_maximal_count(n: int, b: int, k: int) -> int:
   """Patterns of Pi(b, k) that are not a proper subset of another pattern."""
-  pats = brute_patterns(n, b, k)
+  pats = oracles.separated_patterns(n, b, k)
   count = 0
   for p in pats:
     if not any(tuple(sorted(p + (r,))) in pats for r in range(n) if r not in p):
@@ -83,7 +67,7 @@ def test_participation_patterns_enumerates_exactly_the_schema(n):
     for k in range(1, n + 2):
       got = list(sensitivity.participation_patterns(n, b, k))
       assert len(got) == len(set(got))
-      assert set(got) == brute_patterns(n, b, k), (n, b, k)
+      assert set(got) == set(oracles.separated_patterns(n, b, k)), (n, b, k)
       assert got == sorted(got)
 
 
@@ -140,7 +124,7 @@ def test_toeplitz_sensitivity_equals_brute_force(n, b, k):
   rng = np.random.default_rng(n * 100 + b * 10 + k)
   c = nonincreasing_coef(rng.uniform(size=n))
   assert sensitivity.toeplitz_sensitivity(c, b, k) == pytest.approx(
-      brute_max_norm(toeplitz.dense(c), b, k), rel=1e-12)
+      oracles.max_pattern_norm(toeplitz.dense(c), b, k), rel=1e-12)
 
 
 def test_toeplitz_sensitivity_prefix_sum_matrix():
@@ -184,7 +168,7 @@ def test_exact_and_lower_bound_on_random_nonnegative_matrices(nbk, extra_rows, s
   c = rng.uniform(size=(n + extra_rows, n)) * (rng.uniform(size=(n + extra_rows, n)) < density)
   exact = sensitivity.exact_sensitivity(c, b, k)
   if n <= 11:
-    assert exact == pytest.approx(brute_max_norm(c, b, k), rel=1e-12, abs=1e-15)
+    assert exact == pytest.approx(oracles.max_pattern_norm(c, b, k), rel=1e-12, abs=1e-15)
   assert sensitivity.exact_sensitivity(None, b, k, gram=c.T @ c) == pytest.approx(
       exact, rel=1e-12, abs=1e-15)
   assert sensitivity.lower_bound_sensitivity(c, b, k) <= exact * (1 + 1e-12) + 1e-15
@@ -196,7 +180,7 @@ def test_exact_sensitivity_bounds_every_direction():
   n, b, k = 9, 2, 3
   c = rng.uniform(size=(n, n))
   exact = sensitivity.exact_sensitivity(c, b, k)
-  for p in brute_patterns(n, b, k):
+  for p in oracles.separated_patterns(n, b, k):
     u = np.zeros((n, 4))
     v = rng.normal(size=(len(p), 4))
     u[list(p)] = v / np.linalg.norm(v, axis=1, keepdims=True)
@@ -210,7 +194,7 @@ def test_exact_sensitivity_tree_like_matrix():
   for b in range(1, 5):
     for k in range(1, 5):
       assert sensitivity.exact_sensitivity(c, b, k) == pytest.approx(
-          brute_max_norm(c, b, k))
+          oracles.max_pattern_norm(c, b, k))
 
 
 def test_exact_sensitivity_refuses_too_many_patterns():
@@ -265,7 +249,7 @@ def test_banded_sensitivity_with_signs_is_attained():
   c = banded_matrix(rng, n, bands, signed=True)
   value = sensitivity.banded_sensitivity(c, bands, b, k)
   best = 0.0
-  for p in brute_patterns(n, b, k):
+  for p in oracles.separated_patterns(n, b, k):
     best = max(best, np.linalg.norm(c[:, list(p)].sum(axis=1)))
     u = np.zeros((n, 3))
     v = rng.normal(size=(len(p), 3))

@@ -12,20 +12,9 @@ import pytest
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import streaming
 from dp_fl.mechanisms import tree
+from tests.mechanisms import oracles
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=30)
-
-
-def blt_dense(theta, omega, n):
-  """Eq. 2 literally: C = LtToep(c), c_0 = 1, c_i = Σ_j ω_j θ_j^(i−1)."""
-  c = np.zeros(n)
-  c[0] = 1.0
-  for i in range(1, n):
-    c[i] = sum(w * t ** (i - 1) for t, w in zip(theta, omega))
-  out = np.zeros((n, n))
-  for j in range(n):
-    out[j:, j] = c[:n - j]
-  return out
 
 
 def online_tree_dense(n):
@@ -55,7 +44,8 @@ def test_blt_stream_equals_dense_inverse_times_z(n, d, seed):
   omega = rng.uniform(0.0, 1.0 / d, d)
   noise = streaming.BltStreamingNoise(theta, omega)
   z = rng.standard_normal((n, 3, 2))
-  expected = np.einsum("ts,sij->tij", np.linalg.inv(blt_dense(theta, omega, n)), z)
+  dense = oracles.dense_toeplitz(oracles.blt_coefficients(theta, omega, n))
+  expected = np.einsum("ts,sij->tij", np.linalg.inv(dense), z)
   np.testing.assert_allclose(noise.stream(z), expected, rtol=1e-12, atol=1e-12)
   assert noise.buffers == d
 
@@ -67,8 +57,8 @@ def test_blt_stream_with_decays_next_to_one_matches_blt_module():
   noise = streaming.BltStreamingNoise(params.theta, params.omega)
   inverse = noise.materialize(n)
   np.testing.assert_allclose(inverse[:, 0], params.inverse_coef(n), rtol=1e-10, atol=1e-13)
-  np.testing.assert_allclose(inverse @ blt_dense(params.theta, params.omega, n), np.eye(n),
-                             atol=1e-12)
+  dense = oracles.dense_toeplitz(oracles.blt_coefficients(params.theta, params.omega, n))
+  np.testing.assert_allclose(inverse @ dense, np.eye(n), atol=1e-12)
 
 
 @_SETTINGS

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dp_fl.mechanisms import toeplitz
+from tests.mechanisms import oracles
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=30)
 # Sizes below, at and above the direct/Newton switch (64), odd sizes whose
@@ -19,28 +20,11 @@ _SIZES = (1, 2, 3, 7, 63, 64, 65, 66, 127, 129, 200, 1000)
 # Dense references, written independently of the module under test.
 
 
-def dense_toeplitz(coef) -> np.ndarray:
-  coef = np.asarray(coef, dtype=np.float64)
-  n = coef.size
-  out = np.zeros((n, n))
-  for i in range(n):
-    out[i:, i] = coef[:n - i]
-  return out
-
-
-def blt_coef(theta, omega, n) -> np.ndarray:
-  """Eq. 2: c_0 = 1, c_i = sum_j omega_j theta_j^(i-1)."""
-  c = np.ones(n)
-  i = np.arange(1, n)
-  c[1:] = sum(w * t ** (i - 1.0) for t, w in zip(theta, omega))
-  return c
-
-
 def random_blt_coef(rng: np.random.Generator, n: int, buffers: int = 3) -> np.ndarray:
   theta = rng.uniform(0.05, 0.999, size=buffers)
   omega = rng.uniform(0.0, 1.0, size=buffers)
   omega *= rng.uniform(0.2, 0.9) / omega.sum()  # c_1 = sum(omega) < 1 = c_0.
-  return blt_coef(theta, omega, n)
+  return oracles.blt_coefficients(theta, omega, n)
 
 
 def random_decaying_coef(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -61,7 +45,7 @@ def rel_dev(x, ref) -> float:
 
 def test_dense_matches_reference():
   c = np.array([2.0, -1.0, 0.5, 0.25])
-  np.testing.assert_array_equal(toeplitz.dense(c), dense_toeplitz(c))
+  np.testing.assert_array_equal(toeplitz.dense(c), oracles.dense_toeplitz(c))
   np.testing.assert_array_equal(toeplitz.dense([3.0]), [[3.0]])
 
 
@@ -90,7 +74,7 @@ def test_convolve_is_product_of_toeplitz_matrices():
   a, b = rng.normal(size=50), rng.normal(size=50)
   np.testing.assert_allclose(
       toeplitz.dense(toeplitz.convolve(a, b, 50)),
-      dense_toeplitz(a) @ dense_toeplitz(b), atol=1e-12)
+      oracles.dense_toeplitz(a) @ oracles.dense_toeplitz(b), atol=1e-12)
 
 
 # ---------------------------------------------------------------------------
@@ -103,15 +87,15 @@ def test_inverse_gives_identity(n):
   for c in (random_blt_coef(rng, n), random_decaying_coef(rng, n)):
     c_hat = toeplitz.inverse_coef(c)
     eye = np.eye(n)
-    assert np.max(np.abs(dense_toeplitz(c) @ dense_toeplitz(c_hat) - eye)) <= 1e-12
-    assert np.max(np.abs(dense_toeplitz(c_hat) @ dense_toeplitz(c) - eye)) <= 1e-12
+    assert np.max(np.abs(oracles.dense_toeplitz(c) @ oracles.dense_toeplitz(c_hat) - eye)) <= 1e-12
+    assert np.max(np.abs(oracles.dense_toeplitz(c_hat) @ oracles.dense_toeplitz(c) - eye)) <= 1e-12
 
 
 @pytest.mark.parametrize("n", _SIZES)
 def test_inverse_matches_dense_inverse(n):
   rng = np.random.default_rng(100 + n)
   c = random_decaying_coef(rng, n)
-  ref = np.linalg.inv(dense_toeplitz(c))[:, 0]
+  ref = np.linalg.inv(oracles.dense_toeplitz(c))[:, 0]
   assert rel_dev(toeplitz.inverse_coef(c), ref) <= 1e-12
   assert rel_dev(toeplitz.inverse_coef_direct(c), ref) <= 1e-12
 
@@ -133,7 +117,7 @@ def test_inverse_fft_path_matches_recurrence(n):
 def test_inverse_property_blt_like(n, theta, scale, c0):
   omega = np.linspace(1.0, 2.0, len(theta))
   omega *= scale / omega.sum()
-  c = c0 * blt_coef(theta, omega, n)
+  c = c0 * oracles.blt_coefficients(theta, omega, n)
   fast = toeplitz.inverse_coef(c)
   ref = toeplitz.inverse_coef_direct(c)
   assert rel_dev(fast, ref) <= 1e-12
@@ -146,7 +130,7 @@ def test_inverse_of_published_blt_with_decay_near_one():
            0.4912001418098778)
   omega = (0.0070314825502323835, 0.10613806907600574, 0.1898159060327625,
            0.1966594748073734)
-  c = blt_coef(theta, omega, 4000)
+  c = oracles.blt_coefficients(theta, omega, 4000)
   fast = toeplitz.inverse_coef(c)
   assert rel_dev(fast, toeplitz.inverse_coef_direct(c)) <= 1e-12
   # Inverse of a BLT with omega > 0: c_hat_0 = 1, c_hat_t < 0 after.
@@ -189,9 +173,9 @@ def test_decoder_and_errors_match_dense(n):
   rng = np.random.default_rng(300 + n)
   c = random_blt_coef(rng, n)
   a = np.tril(np.ones((n, n)))
-  b_dense = a @ np.linalg.inv(dense_toeplitz(c))
+  b_dense = a @ np.linalg.inv(oracles.dense_toeplitz(c))
   b = toeplitz.b_coef(c)
-  np.testing.assert_allclose(dense_toeplitz(b), b_dense, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(oracles.dense_toeplitz(b), b_dense, rtol=0, atol=1e-12)
   row_sq = np.sum(b_dense ** 2, axis=1)
   np.testing.assert_allclose(toeplitz.per_query_squared_error(c), row_sq,
                              rtol=1e-12)

@@ -12,6 +12,7 @@ import pytest
 
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import tree
+from tests.mechanisms import oracles
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=60)
 
@@ -57,21 +58,10 @@ def popcount(x: int) -> int:
   return bin(x).count("1")
 
 
-def all_patterns(n: int, b: int, k: int):
-  """Every non-empty increasing tuple of rounds in [0, n), gaps >= b, length <= k."""
-  def extend(prefix, first):
-    for r in range(first, n):
-      pattern = prefix + (r,)
-      yield pattern
-      if len(pattern) < k:
-        yield from extend(pattern, r + b)
-  yield from extend((), 0)
-
-
 def brute_force_square_sensitivity(c: np.ndarray, b: int, k: int) -> float:
   """max over all patterns of ||C u(pi)||^2 by enumeration."""
   n = c.shape[1]
-  patterns = list(all_patterns(n, b, k))
+  patterns = oracles.separated_patterns(n, b, k)
   u = np.zeros((len(patterns), n))
   for i, pattern in enumerate(patterns):
     u[i, list(pattern)] = 1.0

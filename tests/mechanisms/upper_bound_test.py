@@ -19,19 +19,13 @@ from dp_fl.mechanisms import banded
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity
 from dp_fl.mechanisms import tree
+from tests.mechanisms import oracles
 
 _SETTINGS = hypothesis.settings(derandomize=True, deadline=None, max_examples=60)
 
 
 # ---------------------------------------------------------------------------
 # Brute-force references.
-
-
-def brute_patterns(n: int, b: int, k: int) -> list[tuple[int, ...]]:
-  """Non-empty subsets of range(n) with <= k rounds pairwise >= b apart."""
-  return [combo for size in range(1, k + 1)
-          for combo in itertools.combinations(range(n), size)
-          if all(y - x >= b for x, y in zip(combo, combo[1:]))]
 
 
 def brute_signed(c: np.ndarray, b: int, k: int) -> float:
@@ -41,7 +35,7 @@ def brute_signed(c: np.ndarray, b: int, k: int) -> float:
   this is a LOWER bound on sens(C); for C^T C >= 0 it is sens(C) (Eq. 6).
   """
   best = 0.0
-  for p in brute_patterns(c.shape[1], b, k):
+  for p in oracles.separated_patterns(c.shape[1], b, k):
     signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(p))))
     best = max(best, float(np.max(np.linalg.norm(c[:, list(p)] @ signs.T, axis=0))))
   return best
@@ -52,7 +46,7 @@ def brute_bound_formula(c: np.ndarray, b: int, k: int) -> float:
   n = c.shape[1]
   k, _ = sensitivity.feasible_participations(n, b, k)
   g = np.abs(c.T @ c)
-  pats = brute_patterns(n, b, k)
+  pats = oracles.separated_patterns(n, b, k)
   w = [max(g[i, list(p)].sum() for p in pats if i in p) for i in range(n)]
   return math.sqrt(max(sum(w[i] for i in p) for p in pats))
 
@@ -95,7 +89,7 @@ def test_upper_bound_dominates_every_direction():
   n, b, k = 9, 2, 4
   c = rng.normal(size=(n + 2, n))
   upper = sensitivity.upper_bound_sensitivity(c, b, k)
-  for p in brute_patterns(n, b, k):
+  for p in oracles.separated_patterns(n, b, k):
     u = np.zeros((n, 3))
     v = rng.normal(size=(len(p), 3))
     u[list(p)] = v / np.linalg.norm(v, axis=1, keepdims=True)

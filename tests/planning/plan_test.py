@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.mechanisms import catalog
 from dp_fl.planning import plan as plan_lib
 from dp_fl.training import program

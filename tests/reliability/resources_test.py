@@ -18,10 +18,9 @@ from dp_fl import exits
 from dp_fl import resources
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import zcdp
-from dp_fl.mechanisms import banded
-from dp_fl.mechanisms import blt
+from dp_fl.mechanisms import banded_optimize
+from dp_fl.mechanisms import blt_optimize
 from dp_fl.mechanisms import catalog
-from dp_fl.training import config as config_lib
 from scripts import mechanism as mechanism_cli
 from scripts import privacy as privacy_cli
 
@@ -51,7 +50,7 @@ def _privacy(capsys, *flags):
 
 
 def test_bandmf_at_100000_rounds_is_refused_before_optimizing(capsys, monkeypatch, tmp_path):
-  monkeypatch.setattr(banded, "optimize_banded", _no_work)
+  monkeypatch.setattr(banded_optimize, "optimize_banded", _no_work)
   out = tmp_path / "p.json"
   code, io_ = _mechanism(capsys, "--mechanism=bandmf", "--rounds=100000", "--min_sep=10",
                          f"--params_out={out}", "--memory_budget_gb=64")
@@ -62,7 +61,7 @@ def test_bandmf_at_100000_rounds_is_refused_before_optimizing(capsys, monkeypatc
 
 
 def test_blt_over_the_memory_budget_names_the_largest_rounds_that_fit(capsys, monkeypatch):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   code, io_ = _mechanism(capsys, "--mechanism=blt", "--rounds=10000000", "--min_sep=10",
                          "--memory_budget_gb=0.01")
   assert code == exits.BAD_INPUT
@@ -75,7 +74,7 @@ def test_blt_over_the_memory_budget_names_the_largest_rounds_that_fit(capsys, mo
 
 
 def test_time_budget_refuses_a_long_optimization(capsys, monkeypatch):
-  monkeypatch.setattr(banded, "optimize_banded", _no_work)
+  monkeypatch.setattr(banded_optimize, "optimize_banded", _no_work)
   code, io_ = _mechanism(capsys, "--mechanism=bandmf", "--rounds=5000", "--min_sep=100",
                          "--memory_budget_gb=1000", "--time_budget_hours=0.01")
   assert code == exits.BAD_INPUT
@@ -100,7 +99,7 @@ def test_bad_budget_flags_are_refused(capsys, flag):
 
 
 def test_unwritable_params_out_is_refused_before_optimizing(capsys, monkeypatch, tmp_path):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   out = tmp_path / "missing" / "p.json"
   code, io_ = _mechanism(capsys, "--mechanism=blt", "--rounds=2000", "--min_sep=100",
                          f"--params_out={out}")
@@ -111,7 +110,7 @@ def test_unwritable_params_out_is_refused_before_optimizing(capsys, monkeypatch,
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_read_only_params_out_directory_is_refused(capsys, monkeypatch, tmp_path):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   locked = tmp_path / "locked"
   locked.mkdir()
   locked.chmod(0o500)
@@ -183,7 +182,7 @@ def test_poisson_bad_counts(capsys, flag):
 
 
 def test_privacy_ten_million_rounds_refused_by_the_time_budget(capsys, monkeypatch):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   code, io_ = _privacy(capsys, "--mechanism=blt", "--rounds=10000000", "--min_sep=1",
                        "--noise_multiplier=5", "--delta=1e-6", "--time_budget_hours=0.05")
   assert code == exits.BAD_INPUT
@@ -191,7 +190,7 @@ def test_privacy_ten_million_rounds_refused_by_the_time_budget(capsys, monkeypat
 
 
 def test_unwritable_report_out_is_refused_before_the_mechanism(capsys, monkeypatch, tmp_path):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   out = tmp_path / "nope" / "report.md"
   code, io_ = _privacy(capsys, "--mechanism=blt", "--rounds=2000", "--min_sep=100",
                        "--noise_multiplier=5", "--delta=1e-6", f"--report_out={out}")
@@ -200,7 +199,7 @@ def test_unwritable_report_out_is_refused_before_the_mechanism(capsys, monkeypat
 
 
 def test_balls_in_bins_monte_carlo_over_budget_names_the_bins(capsys, monkeypatch):
-  monkeypatch.setattr(blt, "optimize_blt", _no_work)
+  monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
   monkeypatch.setattr(balls_in_bins, "calibrate_noise_multiplier", _no_work)
   code, io_ = _privacy(capsys, "--sampling=balls_in_bins", "--mechanism=blt", "--epochs=2",
                        "--batches_per_epoch=100000", "--target_epsilon=1", "--delta=1e-5",
@@ -213,7 +212,7 @@ def test_balls_in_bins_monte_carlo_over_budget_names_the_bins(capsys, monkeypatc
 
 
 def test_catalog_build_checks_before_any_work(monkeypatch):
-  monkeypatch.setattr(banded, "optimize_banded", _no_work)
+  monkeypatch.setattr(banded_optimize, "optimize_banded", _no_work)
   resources.set_budgets(memory_bytes=100e6)
   with pytest.raises(ValueError, match=r"--rounds=2000: optimizing BandMF"):
     catalog.build("bandmf", rounds=2000, min_sep=100)
@@ -233,54 +232,6 @@ def test_rho_extremes_are_value_errors_naming_the_noise_multiplier():
       zcdp.rho_from_sensitivity(2.0, sigma)
   with pytest.raises(ValueError, match="astronomically large"):
     zcdp.epsilon_from_rho(1e20, 1e-6)  # Was an OverflowError (exit 1).
-
-
-# --- check_training ------------------------------------------------------------------------
-
-
-def _config(tmp_path, **changes):
-  fields = dict(task="t", root_dir=str(tmp_path), rounds=100, clients_per_round=10)
-  return config_lib.TrainingConfig(**{**fields, **changes})
-
-
-def test_training_at_a_billion_rounds_is_refused(tmp_path):
-  with pytest.raises(ValueError, match=r"--rounds=1000000000: optimizing a 4-buffer BLT"):
-    resources.check_training(_config(tmp_path, rounds=10 ** 9), 1000, memory_bytes=24e9)
-  assert os.listdir(tmp_path) == []
-
-
-def test_training_refusal_names_rounds_that_fit(tmp_path):
-  config = _config(tmp_path, rounds=5000, mechanism="bandmf", min_sep=100)
-  with pytest.raises(ValueError, match="at most") as error:
-    resources.check_training(config, 1000, memory_bytes=200e6)
-  fits = int(str(error.value).split("at most ")[1].split()[0])
-  resources.check_training(config.replace(rounds=fits), 1000, memory_bytes=200e6)
-  with pytest.raises(ValueError):
-    resources.check_training(config.replace(rounds=fits + 1), 1000, memory_bytes=200e6)
-
-
-def test_training_with_given_params_skips_the_build(tmp_path):
-  config = _config(tmp_path, rounds=3000, mechanism="bandmf", min_sep=100)
-  budget = 0.5e9  # 80 n² = 720 MB to optimize, 32 n² = 288 MB to evaluate.
-  with pytest.raises(ValueError, match="optimizing BandMF"):
-    resources.check_training(config, 1000, memory_bytes=budget)
-  estimate = resources.check_training(config.replace(mechanism_params="p.json"), 1000,
-                                      memory_bytes=budget)
-  assert 288e6 <= estimate.bytes < budget
-
-
-def test_training_rounds_beyond_int32_and_huge_populations(tmp_path):
-  with pytest.raises(ValueError, match=r"--rounds=2147483648 exceeds 2147483647"):
-    resources.check_training(_config(tmp_path, rounds=2 ** 31, mechanism="dpfedavg",
-                                     participation="poisson"), 1000)
-  with pytest.raises(ValueError, match="participation ledger of 1000000000000 clients"):
-    resources.check_training(_config(tmp_path, mechanism="dpsgd"), 10 ** 12,
-                             memory_bytes=1e9)
-
-
-def test_training_default_job_fits(tmp_path):
-  estimate = resources.check_training(_config(tmp_path, rounds=2052, min_sep=342), 10000)
-  assert 0 < estimate.bytes < resources.memory_budget()
 
 
 # --- estimates against measurements --------------------------------------------------------

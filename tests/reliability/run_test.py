@@ -22,10 +22,10 @@ import time
 import pytest
 
 from dp_fl import exits
-from dp_fl import runtime
+from dp_fl import writers
+from dp_fl.execution import runtime
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import cli
-from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import program
 from dp_fl.training import run_lock
 from dp_fl.training import task as task_lib
@@ -56,7 +56,7 @@ def _listing(root) -> list[str]:
 
 def _rows(root, name="train") -> list[int]:
   path = os.path.join(root, "metrics", f"{name}.csv")
-  return [int(r["round"]) for r in outputs_lib.read_csv(path)] if os.path.exists(path) else []
+  return [int(r["round"]) for r in writers.read_csv(path)] if os.path.exists(path) else []
 
 
 def _binary(config_or_error, task=None, **args):

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 def main(mode: str) -> None:

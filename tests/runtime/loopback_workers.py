@@ -10,7 +10,7 @@ import socket
 import tempfile
 from typing import Iterator, Optional
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from scripts import worker as worker_script
 
 

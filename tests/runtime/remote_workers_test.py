@@ -14,7 +14,7 @@ import pytest
 import tensorflow_federated as tff
 
 from dp_fl import exits
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.training import checkpoints
 from dp_fl.training import program
 from tests.runtime import loopback_workers
@@ -77,11 +77,11 @@ def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
   returns one accumulator, one sum per secure input and one out-of-bounds bit (never the
   values' maxima), whatever its client count, and folds at least 2 clients; the totals, the
   modulus and the bounds are those of the in-process runtime."""
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
-  from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import xla  # pylint: disable=g-import-not-at-top
   pool = workers(2)
   process = secure_sum_process.secure_sum_process()
-  local = xla_runtime.MapReduceProcess(process)
+  local = xla.MapReduceProcess(process)
   remote_work = []
 
   def client_work(form):
@@ -89,7 +89,7 @@ def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
                                                        timeout_seconds=60.0))
     return remote_work[0]
 
-  remote = xla_runtime.MapReduceProcess(process, client_work=client_work)
+  remote = xla.MapReduceProcess(process, client_work=client_work)
 
   def sums(mapreduce, values):
     result = mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets(values))
@@ -119,7 +119,7 @@ def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
     (3, 2, 2, [(0, 3)]), (1, 4, 2, [(0, 1)]), (5, 2, 2, [(0, 3), (3, 5)]),
     (5, 4, 2, [(0, 3), (3, 5)]), (8, 3, 2, [(0, 3), (3, 6), (6, 8)])])
 def test_split_never_leaves_a_chunk_below_its_minimum(count, parts, min_size, chunks):
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
   assert remote_workers.split(count, parts, min_size) == chunks
 
 
@@ -130,7 +130,7 @@ def test_a_dead_worker_stops_the_job_naming_it_and_a_rerun_resumes(tmp_path, wor
   before = _final_state(tmp_path)
   second.stop()
   start = time.monotonic()
-  with pytest.raises(runtime.RemoteWorkerError, match=second.address) as raised:
+  with pytest.raises(exits.RemoteWorkerError, match=second.address) as raised:
     _run(tmp_path, "blt", workers=addresses, worker_timeout_seconds=30.0)
   assert time.monotonic() - start < 60
   # A binary exits 3 (environment) with a message naming the worker and how to resume.
@@ -147,7 +147,7 @@ def test_a_hung_worker_is_detected_within_its_deadline(tmp_path, workers):
   _run(tmp_path, "blt", workers=worker.address, rounds=2)
   worker.process.send_signal(signal.SIGSTOP)  # Alive but silent.
   start = time.monotonic()
-  with pytest.raises(runtime.RemoteWorkerError, match="did not answer within 3 s"):
+  with pytest.raises(exits.RemoteWorkerError, match="did not answer within 3 s"):
     _run(tmp_path, "blt", workers=worker.address, worker_timeout_seconds=3.0)
   assert time.monotonic() - start < 45
 
@@ -168,13 +168,13 @@ def test_bad_workers_flags_name_the_flag(tmp_path, workers_flag, runtime_flag, m
 
 def test_an_unreachable_worker_is_refused_naming_it(tmp_path):
   address = f"localhost:{loopback_workers.free_port()}"
-  with pytest.raises(runtime.RemoteWorkerError, match=f"{address} not reachable"):
-    from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  with pytest.raises(exits.RemoteWorkerError, match=f"{address} not reachable"):
+    from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     remote_workers.connect([address], connect_seconds=1.0)
 
 
 def _connect(worker):
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
   return remote_workers.connect([worker.address], connect_seconds=30.0, timeout_seconds=30.0)
 
 
@@ -183,19 +183,19 @@ def test_a_worker_of_another_version_is_refused_naming_both(workers):
   _connect(same)  # This environment's own stamp passes.
   other = dict(runtime.worker_stamp(), **{"tensorflow-federated": "0.86.0"})
   (older,) = workers(1, stamp=other)
-  with pytest.raises(runtime.RemoteWorkerError) as raised:
+  with pytest.raises(exits.RemoteWorkerError) as raised:
     _connect(older)
   message = str(raised.value)
   assert older.address in message and "tensorflow-federated 0.86.0" in message
   assert f"tensorflow-federated {tff.__version__}" in message and "scripts:worker" in message
   (newer_dp_fl,) = workers(1, stamp=dict(runtime.worker_stamp(), dp_fl="9.9.9"))
-  with pytest.raises(runtime.RemoteWorkerError, match="runs dp_fl 9.9.9"):
+  with pytest.raises(exits.RemoteWorkerError, match="runs dp_fl 9.9.9"):
     _connect(newer_dp_fl)
 
 
 def test_a_bare_worker_binary_without_a_stamp_is_refused(workers):
   (bare,) = workers(1, stamp=False)
-  with pytest.raises(runtime.RemoteWorkerError, match=f"{bare.address} carries no dp_fl "
+  with pytest.raises(exits.RemoteWorkerError, match=f"{bare.address} carries no dp_fl "
                      "version stamp"):
     _connect(bare)
 
@@ -206,7 +206,7 @@ def certificates(tmp_path_factory):
 
 
 def test_mutual_tls_to_a_worker_behind_a_tls_front(tmp_path, workers, certificates):
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
   (worker,) = workers(1)
   front = loopback_workers.TlsFront(worker.port, certificates["server_cert"],
                                     certificates["server_key"], client_ca=certificates["ca"])
@@ -215,18 +215,18 @@ def test_mutual_tls_to_a_worker_behind_a_tls_front(tmp_path, workers, certificat
                           worker_tls_ca_cert=certificates["ca"],
                           worker_tls_client_cert=certificates["client_cert"],
                           worker_tls_client_key=certificates["client_key"])
-    assert result.rounds_completed == 2 and config.worker_tls() is not None
+    assert result.rounds_completed == 2 and config.runtime_settings.worker_tls() is not None
     # Without this process's certificate the front refuses the handshake.
-    with pytest.raises(runtime.RemoteWorkerError, match="over TLS: is a TLS front end"):
+    with pytest.raises(exits.RemoteWorkerError, match="over TLS: is a TLS front end"):
       remote_workers.connect([front.address], connect_seconds=2.0,
                              tls=runtime.TlsFiles(certificates["ca"]))
     # A CA that did not sign the worker's certificate: no connection either.
-    with pytest.raises(runtime.RemoteWorkerError, match="not reachable"):
+    with pytest.raises(exits.RemoteWorkerError, match="not reachable"):
       remote_workers.connect([front.address], connect_seconds=2.0, tls=runtime.TlsFiles(
           certificates["client_cert"], certificates["client_cert"],
           certificates["client_key"]))
     # Plaintext to the TLS port is not served.
-    with pytest.raises(runtime.RemoteWorkerError, match="not reachable"):
+    with pytest.raises(exits.RemoteWorkerError, match="not reachable"):
       remote_workers.connect([front.address], connect_seconds=2.0)
     assert front.handshake_failures >= 2
   finally:

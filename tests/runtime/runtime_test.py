@@ -1,4 +1,4 @@
-"""No TFF worker_binary outlives the process that started it (dp_fl.runtime).
+"""No TFF worker_binary outlives the process that started it (dp_fl.execution.runtime).
 
 Each case starts tests/runtime/lifecycle_program.py, which runs a federated computation on TFF's
 C++ runtime, finds the worker among the program's children *by parent pid* (never by a broad
@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from dp_fl import runtime
+from dp_fl import exits
+from dp_fl.execution import runtime
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _DEADLINE_SECONDS = 120
@@ -168,7 +169,7 @@ def _resident_sum():
   """A stateful process whose state lives in the worker, as training's does."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from dp_fl.training import resident  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import resident  # pylint: disable=g-import-not-at-top
   process = tff.aggregators.SumFactory().create(tff.TensorType(np.float32))
   summer = resident.ResidentProcess(process, process.initialize())
   return lambda values: float(summer.next([np.float32(v) for v in values]).outputs[0])
@@ -206,8 +207,6 @@ def test_a_lost_worker_is_replaced_and_the_body_rerun():
 
 
 def test_a_worker_lost_on_the_last_attempt_is_an_environment_error_naming_the_fix():
-  from dp_fl import exits  # pylint: disable=g-import-not-at-top
-
   def body():
     resident_sum = _resident_sum()
     assert resident_sum([1, 2]) == 3
@@ -216,7 +215,7 @@ def test_a_worker_lost_on_the_last_attempt_is_an_environment_error_naming_the_fi
 
   with pytest.raises(Exception) as raised:
     runtime.run_with_fresh_workers(body, attempts=1, on_restart=pytest.fail)
-  assert runtime.is_worker_lost(raised.value)
+  assert exits.is_worker_lost(raised.value)
   code, message = exits._classify(raised.value, debug=False)
   assert code == exits.ENVIRONMENT
   assert "TFF worker process stopped" in message and "rerun the same command" in message
@@ -243,7 +242,7 @@ def test_other_errors_are_not_retried():
   with pytest.raises(RuntimeError, match="a bug"):
     runtime.run_with_fresh_workers(body, on_restart=pytest.fail)
   assert len(calls) == 1
-  assert not runtime.is_worker_lost(RuntimeError("x")) and not runtime.is_worker_lost(
+  assert not exits.is_worker_lost(RuntimeError("x")) and not exits.is_worker_lost(
       OSError("unavailable"))
   with pytest.raises(ValueError, match="attempts"):
     runtime.run_with_fresh_workers(lambda: None, attempts=0)

@@ -1,4 +1,5 @@
-"""Both runtimes on the real tasks (small settings): StackOverflow and Reddit, every preset."""
+"""Both runtimes on the real tasks (small settings): StackOverflow and Reddit, a preset of each
+TFF computation (tests/runtime/presets.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dp_fl import runtime
-from dp_fl import xla_runtime
-from dp_fl.training import config as config_lib
+from dp_fl.execution import runtime
+from dp_fl.execution import xla
 from dp_fl.training import program
 from dp_fl.training import registry
+from tests.runtime import presets
 from tasks.reddit import task as reddit_task
 from tasks.stackoverflow import task as so_task
 
@@ -44,13 +45,14 @@ def _leaves(value):
 
 
 @pytest.mark.parametrize("task_name", ["stackoverflow", "reddit"])
-@pytest.mark.parametrize("mechanism", sorted(
-    name for name, entry in registry.MECHANISMS.items() if not entry.client_randomness))
+@pytest.mark.parametrize("mechanism", [  # xla_runtime_test: these cover every computation.
+    name for name in presets.one_per_computation()
+    if not registry.MECHANISMS[name].client_randomness])
 def test_both_runtimes_agree_on_the_real_tasks(tasks, tmp_path, task_name, mechanism):
   task = tasks[task_name]
   ids = task.train_data.client_ids
   sampled = {"participation": "poisson", "population_sampling_rate": 0.2}
-  config = config_lib.TrainingConfig(
+  config = registry.make_config(
       task=task.name, root_dir=str(tmp_path), rounds=4, clients_per_round=3,
       mechanism=mechanism, noise_multiplier=0.5, clip_norm=1.0, min_sep=1,
       reproducible_noise_seed=5,
@@ -59,7 +61,7 @@ def test_both_runtimes_agree_on_the_real_tasks(tasks, tmp_path, task_name, mecha
   mechanism_matrix = program.build_mechanism(config)
   process = program.build_learning_process(
       task, config, program.build_aggregator(config, mechanism_matrix, len(ids), 5))
-  mapreduce = xla_runtime.MapReduceProcess(process)
+  mapreduce = xla.MapReduceProcess(process)
   state, leaves = process.initialize(), mapreduce.initialize()
   for r in range(ROUNDS):
     cohort = [task.train_data.create_tf_dataset_for_client(c) for c in ids[3 * r:3 * r + 3]]

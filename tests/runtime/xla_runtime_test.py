@@ -12,12 +12,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_fl import runtime
-from dp_fl import xla_runtime
+from dp_fl.execution import runtime
+from dp_fl.execution import xla
 from dp_fl.training import client_work
 from dp_fl.training import program
 from dp_fl.training import registry
 from dp_fl.training import task as task_lib
+from tests.runtime import presets
 from tests.runtime import secure_sum_process
 from tests.training import toy_program
 from tests.training import toy_task
@@ -33,11 +34,8 @@ def tff_execution_context():
 
 
 def _preset_config(tmp_path, mechanism):
-  extra = ({"participation": "poisson", "population_sampling_rate": 0.5}
-           if mechanism == "dpfedavg" else {"participation": "uniform"})
   os.makedirs(tmp_path, exist_ok=True)
-  return toy_program.toy_config(str(tmp_path), ROUNDS, mechanism, reproducible_noise_seed=7,
-                                **extra)
+  return presets.config(str(tmp_path), ROUNDS, mechanism)
 
 
 def _process(task, config):
@@ -58,14 +56,24 @@ def _leaves(value):
   return [np.asarray(x, np.float64) for x in tf.nest.flatten(value)]
 
 
+PRESETS = presets.one_per_computation()
+
+
+def test_the_presets_cover_every_entry_kind_and_recurrence():
+  assert {"blt", "bandmf", "tree", "dpsgd", "dpfedavg", "cpsgd", "none", "clip"} <= set(PRESETS)
+  kinds = {presets.computation_kind(name) for name in registry.MECHANISMS}
+  assert {presets.computation_kind(name) for name in PRESETS} == kinds
+  assert len(kinds) == len(PRESETS)
+
+
 # cpSGD's clients draw their own noise shares (no two runs agree; tests/aggregators/cpsgd_test.py
 # compares its runtimes without noise).
-@pytest.mark.parametrize("mechanism", sorted(
-    name for name, entry in registry.MECHANISMS.items() if not entry.client_randomness))
+@pytest.mark.parametrize("mechanism", [
+    name for name in PRESETS if not registry.MECHANISMS[name].client_randomness])
 def test_every_preset_agrees_with_the_cpp_worker(tmp_path, mechanism):
   task = toy_task.make_task()
   process = _process(task, _preset_config(tmp_path, mechanism))
-  mapreduce = xla_runtime.MapReduceProcess(process)
+  mapreduce = xla.MapReduceProcess(process)
   state = process.initialize()
   leaves = mapreduce.initialize()
   for a, b in zip(_leaves(state), _leaves(mapreduce.state(leaves))):
@@ -88,7 +96,7 @@ def test_cpsgd_runs_in_process_with_its_secure_modular_sum(tmp_path):
   config = toy_program.toy_config(str(tmp_path), ROUNDS, "cpsgd", participation="uniform",
                                   cpsgd_levels=2 ** 20, cpsgd_trials=1)
   process = _process(task, config)
-  mapreduce = xla_runtime.MapReduceProcess(process)
+  mapreduce = xla.MapReduceProcess(process)
   state, leaves = process.initialize(), mapreduce.initialize()
   for cohort in _cohorts(task)[:2]:  # At most clients_per_round = 4 clients (the modulus).
     expected, got = process.next(state, cohort), mapreduce.next(leaves, cohort)
@@ -100,18 +108,18 @@ def test_cpsgd_runs_in_process_with_its_secure_modular_sum(tmp_path):
 def test_parallel_clients_give_bitwise_the_same_rounds(tmp_path):
   task = toy_task.make_task()
   process = _process(task, _preset_config(tmp_path, "blt"))
-  serial = xla_runtime.MapReduceProcess(process)
-  parallel = xla_runtime.MapReduceProcess(process, parallel_clients=3)
+  serial = xla.MapReduceProcess(process)
+  parallel = xla.MapReduceProcess(process, parallel_clients=3)
   a, b = serial.initialize(), parallel.initialize()
   for cohort in _cohorts(task):
     a, b = serial.next(a, cohort).state, parallel.next(b, cohort).state
   for x, y in zip(a, b):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   with pytest.raises(ValueError, match="parallel_clients"):
-    xla_runtime.MapReduceProcess(process, parallel_clients=0)
+    xla.MapReduceProcess(process, parallel_clients=0)
 
 
-@pytest.mark.parametrize("mechanism", sorted(registry.MECHANISMS))
+@pytest.mark.parametrize("mechanism", PRESETS)
 def test_every_preset_compiles_to_mapreduce_and_distribute_aggregate_forms(tmp_path,
                                                                            mechanism):
   process = _process(toy_task.make_task(), _preset_config(tmp_path, mechanism))
@@ -148,7 +156,7 @@ def _work_round(task, jit_compile, runtime_kind):
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
   cohort = _cohorts(task)[0]
   if runtime_kind == "xla":
-    mapreduce = xla_runtime.MapReduceProcess(process)
+    mapreduce = xla.MapReduceProcess(process)
     return mapreduce.output(mapreduce.next(mapreduce.initialize(), cohort).output)
   return process.next(process.initialize(), cohort).metrics
 
@@ -187,7 +195,7 @@ def test_jit_compiled_training_matches_the_plain_graph(make_task):
 
 def test_secure_sums_have_their_bounds_and_modulus():
   process = secure_sum_process.secure_sum_process()
-  mapreduce = xla_runtime.MapReduceProcess(process)
+  mapreduce = xla.MapReduceProcess(process)
 
   def sums(values):
     result = mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets(values))
@@ -205,7 +213,7 @@ def test_a_partial_aggregate_carries_sums_and_one_bit_not_maxima():
   # The server needs the sums and whether some value broke its bound; the elementwise maxima
   # it once received would reveal more (a worker with one client: that client's message).
   process = secure_sum_process.secure_sum_process()
-  mapreduce = xla_runtime.MapReduceProcess(process)
+  mapreduce = xla.MapReduceProcess(process)
   client_input = mapreduce.prepare(mapreduce.initialize())
   fold = mapreduce._local_partial  # pylint: disable=protected-access
   partial = fold(secure_sum_process.datasets([3, 5, 4]), client_input)
@@ -218,12 +226,12 @@ def test_a_partial_aggregate_carries_sums_and_one_bit_not_maxima():
 
 
 def test_device_selection_without_an_accelerator():
-  assert xla_runtime.select_device("auto").endswith("CPU:0")
-  assert xla_runtime.select_device("cpu").endswith("CPU:0")
+  assert xla.select_device("auto").endswith("CPU:0")
+  assert xla.select_device("cpu").endswith("CPU:0")
   with pytest.raises(ValueError, match="--device=gpu: TensorFlow sees no GPU"):
-    xla_runtime.select_device("gpu")
+    xla.select_device("gpu")
   with pytest.raises(ValueError, match="`device` must be one of"):
-    xla_runtime.select_device("cuda")
+    xla.select_device("cuda")
 
 
 def test_state_lives_on_the_chosen_device():
@@ -233,7 +241,7 @@ def test_state_lives_on_the_chosen_device():
       cpu = tf.config.list_physical_devices("CPU")[0]
       tf.config.set_logical_device_configuration(
           cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-      from dp_fl import runtime, xla_runtime
+      from dp_fl.execution import runtime, xla
       from tests.training import toy_task
       import tensorflow_federated as tff
       from dp_fl.training import client_work
@@ -245,7 +253,7 @@ def test_state_lives_on_the_chosen_device():
           client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
           server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
       device = tf.config.list_logical_devices("CPU")[1].name
-      mapreduce = xla_runtime.MapReduceProcess(process, device)
+      mapreduce = xla.MapReduceProcess(process, device)
       leaves = mapreduce.initialize()
       data = [task.train_data.create_tf_dataset_for_client(c)
               for c in task.train_data.client_ids[:2]]

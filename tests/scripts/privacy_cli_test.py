@@ -16,6 +16,7 @@ import pytest
 
 from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
+from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import catalog
@@ -85,11 +86,11 @@ def test_balls_in_bins_sigma_is_released_only_after_verification():
   r = json.loads(out.stdout)
   assert r["released"] is True and r["verification"] == "passed"
   # Calibrated to δ_cal = δ_verify / (1 + margin) on one seed, verified on another.
-  assert r["delta_verify"] == pytest.approx(balls_in_bins.DEFAULT_VERIFY_RATIO * 1e-3)
+  assert r["delta_verify"] == pytest.approx(verification.DEFAULT_VERIFY_RATIO * 1e-3)
   assert r["delta_calibration"] == pytest.approx(r["delta_verify"] / 1.5)
   assert r["calibration_seed"] != r["verification_seed"]
   assert r["verification_delta_hat"] <= r["delta_verify"]
-  required = balls_in_bins.required_num_samples(r["delta_verify"], 1e-3)
+  required = verification.required_num_samples(r["delta_verify"], 1e-3)
   assert r["mc_samples"] == r["mc_samples_required"] == required
   assert 0 < r["verification_failure_probability_bound"] <= 1e-3  # Thm 2.1.
   assert "Thm 2.1" in r["guarantee"] and "(ε = 2, δ = 0.001)-DP" in r["guarantee"]

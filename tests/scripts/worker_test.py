@@ -164,7 +164,7 @@ def test_worker_runs_a_federated_computation(launcher):
   from tensorflow_federated.python.core.impl.executors import remote_executor  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
 
   w = launcher()
   channel = grpc.insecure_channel(f"localhost:{w.port}")
@@ -211,8 +211,8 @@ def test_worker_death_makes_launcher_fail_naming_port(launcher):
 
 
 def test_a_launched_worker_passes_the_trainers_version_check_and_cleans_its_stamp(launcher):
-  from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   w = launcher()
   assert w.status["dp_fl"] == runtime.worker_stamp()["dp_fl"]
   cwd = os.readlink(f"/proc/{w.worker_pid}/cwd")

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from dp_fl import exits
-from dp_fl.training import outputs
+from dp_fl import writers
 from tasks import real_text
 from tasks.stackoverflow import train
 
@@ -36,7 +36,7 @@ def _train(corpus_dir, root, *flags):
   code = train.main([f"--data_dir={corpus_dir}", f"--root_dir={root}", "--rounds=20",
                      "--eval_every=20", "--checkpoint_every=20", "--cooldown_rounds=0",
                      "--participation=uniform", "--format=json", *flags])
-  rows = outputs.read_csv(os.path.join(root, "metrics", "train.csv"))
+  rows = writers.read_csv(os.path.join(root, "metrics", "train.csv"))
   return code, [float(r["client_work/train/loss"]) for r in rows]
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from dp_fl import exits
+from dp_fl import writers
 from dp_fl.training import checkpoints
-from dp_fl.training import outputs
 from tests.runtime import loopback_workers
 from tests.stackoverflow import tiny
 from tasks import real_text
@@ -58,7 +58,7 @@ def _train(corpus_dir, root, mechanism, *flags):
   with open(os.path.join(root, "summary.json"), encoding="utf-8") as f:
     summary = json.load(f)
   state = checkpoints.CheckpointManager(os.path.join(root, "checkpoints")).restore_latest()
-  metrics = outputs.read_csv(os.path.join(root, "metrics", "train.csv"))
+  metrics = writers.read_csv(os.path.join(root, "metrics", "train.csv"))
   return summary, state, metrics
 
 

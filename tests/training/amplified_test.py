@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from dp_fl import runtime
 from dp_fl.accounting import amplification
+from dp_fl.execution import runtime
 from dp_fl.participation import ledger as ledger_lib
 from dp_fl.training import amplified
 from dp_fl.training import program

@@ -338,7 +338,7 @@ def test_the_issues_diurnal_run_through_the_task_binary_reports_at_most_its_targ
   issue's StackOverflow run realized ε = 83.7): the plan printed, the budget passed on, the
   run's report at most the target. The training itself is this module's loop (the real
   scheduler, accountant and budget; tests/training/privacy_e2e_test.py runs TFF)."""
-  from dp_fl import runtime  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   _, _, num_clients, settings = PATHS["device_timer_diurnal"]
   config = _config(tmp_path, "blt", "device_timer", **settings)
   ran = []

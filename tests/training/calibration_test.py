@@ -10,15 +10,15 @@ from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import catalog
-from dp_fl.training import config as config_lib
 from dp_fl.training import program
+from dp_fl.training import registry
 
 
 def _config(tmp_path, **kw):
   values = dict(task="toy", root_dir=str(tmp_path), rounds=40, clients_per_round=10,
                 min_sep=10, participation="min_sep_rounds", delta=1e-6)
   values.update(kw)
-  return config_lib.TrainingConfig(**values)
+  return registry.make_config(**values)
 
 
 def test_dpftrl_calibration_inverts_the_accounting(tmp_path):

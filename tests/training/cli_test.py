@@ -1,4 +1,5 @@
-"""Training flags: one per config field; defaults < task defaults < preset < given flags."""
+"""Training flags: one per common config field and per setting of the registries' settings
+dataclasses; defaults < task defaults < preset < given flags."""
 
 from __future__ import annotations
 
@@ -7,6 +8,25 @@ import argparse
 import pytest
 
 from dp_fl.training import cli
+from dp_fl.training import registry
+
+# The flags and their defaults before the settings were split off the config (issue #40):
+# generating the flags from the settings dataclasses keeps every name and default.
+_FLAG_DEFAULTS = {
+    "root_dir": None, "rounds": None, "clients_per_round": None, "mechanism": "blt",
+    "noise_multiplier": 1.0, "clip_norm": 1.0, "seed": 0, "reproducible_noise_seed": None,
+    "min_sep": 1, "max_participations": None, "blt_buffers": 4, "bands": None,
+    "mechanism_params": None, "cpsgd_levels": 16, "cpsgd_trials": None, "cpsgd_p": 0.5,
+    "cpsgd_x_max": None, "participation": "device_timer", "timer_hours": 24.0,
+    "round_hours": 1.0, "availability": "always", "population_sampling_rate": None,
+    "client_optimizer": "sgd", "client_learning_rate": 0.5, "client_epochs": 1,
+    "server_learning_rate": 1.0, "server_momentum": 0.9, "server_optimizer": "sgdm",
+    "server_adam_epsilon": 0.001, "cooldown_rounds": 0, "cooldown_final_fraction": 0.1,
+    "eval_every": 10, "checkpoint_every": 10, "keep_checkpoints": 3, "delta": 1e-06,
+    "target_epsilon": None, "on_nonfinite": "stop", "jit_compile": False,
+    "runtime": "tff_worker", "device": "auto", "workers": None,
+    "worker_timeout_seconds": 600.0, "worker_tls_ca_cert": None,
+    "worker_tls_client_cert": None, "worker_tls_client_key": None}
 
 
 def _parse(argv):
@@ -25,6 +45,49 @@ def test_priority_of_defaults_preset_and_flags(tmp_path):
   assert config.noise_multiplier == 3.5  # flag over preset
   assert config.clip_norm == 0.5 and config.on_nonfinite == "discard"
   assert config.server_momentum == 0.9  # TrainingConfig default
+
+
+def test_every_flag_keeps_its_name_default_and_help():
+  parser = argparse.ArgumentParser()
+  cli.add_training_arguments(parser)
+  actions = {a.dest: a for a in parser._actions  # pylint: disable=protected-access
+             if a.dest != "help"}
+  assert set(actions) == set(_FLAG_DEFAULTS) == set(cli.flag_names())
+  assert all(a.default is None for a in actions.values())  # "not given"
+  for name, (_, field) in registry.setting_fields().items():
+    assert actions[name].help == field.metadata["help"], name
+  assert actions["blt_buffers"].help == "d: BLT buffers"
+  assert actions["timer_hours"].help == "device timer: hours before a device may take part again"
+  assert actions["device"].help.startswith("where --runtime=xla runs: auto, cpu, gpu, tpu")
+  defaults = {}
+  for mechanism, participation, runtime in (("blt", "device_timer", "tff_worker"),
+                                            ("bandmf", "min_sep_rounds", "xla"),
+                                            ("dpfedavg", "poisson", "tff_worker"),
+                                            ("cpsgd", "uniform", "workers")):
+    config = registry.make_config(task="toy", root_dir="/tmp/unused", rounds=5,
+                                  clients_per_round=5, mechanism=mechanism,
+                                  participation=participation, runtime=runtime,
+                                  **({"workers": "h:1"} if runtime == "workers" else {}))
+    defaults.update({k: v for k, v in config.flags().items()
+                     if k not in ("mechanism", "participation", "runtime", "workers")})
+  expected = {k: v for k, v in _FLAG_DEFAULTS.items()
+              if k not in ("root_dir", "rounds", "clients_per_round", "mechanism",
+                           "participation", "runtime", "workers")}
+  assert {k: v for k, v in defaults.items() if k in expected} == expected
+  assert set(defaults) - set(expected) == {"task", "root_dir", "rounds", "clients_per_round"}
+
+
+def test_a_flag_of_another_mechanism_is_validated_then_left_out(tmp_path):
+  args = _parse([f"--root_dir={tmp_path}", "--rounds=3", "--clients_per_round=2",
+                 "--mechanism=bandmf", "--bands=2", "--blt_buffers=3"])
+  config = cli.training_config(args, task="toy")
+  assert config.mechanism_settings == registry.BandedSettings(bands=2)
+  with pytest.raises(ValueError, match="is read only by --mechanism=blt"):
+    cli.check_flags_read(args, [(config.mechanism, config.participation)])
+  bad = _parse([f"--root_dir={tmp_path}", "--rounds=3", "--clients_per_round=2",
+                "--blt_buffers=0", "--mechanism=bandmf"])
+  with pytest.raises(ValueError, match="`--blt_buffers` must be a positive integer"):
+    cli.training_config(bad, task="toy")
 
 
 def test_the_bands_flag_keeps_its_earlier_name():

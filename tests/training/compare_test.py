@@ -36,9 +36,10 @@ def comparison(tmp_path_factory):
 
 
 def _compare_clip_and_dpsgd(task, out_dir):
-  def config_for(mechanism):
+  def config_for(mechanism, participation=None):
     return toy_program.toy_config(os.path.join(out_dir, "unused"), 4, mechanism,
-                                  server_momentum=0.0, reproducible_noise_seed=11)
+                                  server_momentum=0.0, reproducible_noise_seed=11,
+                                  **({"participation": participation} if participation else {}))
 
   return compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
                          target_epsilon=20.0, out_dir=out_dir, lr_factors=(0.25, 2.0),
@@ -177,10 +178,11 @@ def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path
   the non-private reference appears once."""
   task = toy_task.make_task(num_clients=16)
 
-  def config_for(mechanism):
+  def config_for(mechanism, participation=None):
     return toy_program.toy_config(str(tmp_path / "unused"), 4, mechanism,
                                   clients_per_round=2, server_momentum=0.0,
-                                  reproducible_noise_seed=5)
+                                  reproducible_noise_seed=5,
+                                  **({"participation": participation} if participation else {}))
 
   output = compare.compare(task, config_for, mechanisms=("clip", "dpsgd"),
                            target_epsilon=8.0, out_dir=str(tmp_path), lr_factors=(1.0,),

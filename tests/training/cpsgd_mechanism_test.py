@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from dp_fl import runtime
 from dp_fl.accounting import cpsgd as cpsgd_accounting
 from dp_fl.accounting import report as report_lib
+from dp_fl.execution import runtime
 from dp_fl.mechanisms import cpsgd as cpsgd_math
 from dp_fl.training import privacy
 from dp_fl.training import program

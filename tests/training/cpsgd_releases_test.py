@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.training import privacy
 from dp_fl.training import program
 from tests.training import privacy_audit

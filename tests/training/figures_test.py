@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from dp_fl import writers
 from dp_fl.training import figures
 from dp_fl.training import outputs
 
@@ -67,7 +68,7 @@ def test_every_figure_is_written_as_png_and_linked_from_the_report(tmp_path):
 
 def test_privacy_csv_keeps_both_epsilons_of_an_evaluation_round(tmp_path):
   root = _run_dir(tmp_path)
-  rows = {r["round"]: r for r in outputs.read_csv(os.path.join(root, "metrics", "privacy.csv"))}
+  rows = {r["round"]: r for r in writers.read_csv(os.path.join(root, "metrics", "privacy.csv"))}
   assert float(rows["6"]["epsilon"]) == 2.2
   assert float(rows["6"]["epsilon_so_far"]) == pytest.approx(2.4)
   assert float(rows["5"]["epsilon_so_far"]) == pytest.approx(2.0)

@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 from dp_fl.training import client_work
-from dp_fl.training import config as config_lib
 from dp_fl.training import program
+from dp_fl.training import registry
 from tests.training import toy_task
 
 
@@ -33,7 +33,7 @@ def test_client_model_skips_initializers_only_for_trainable_variables():
 @pytest.mark.parametrize("mechanism", ["none", "dpfedavg"])
 def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
   task = toy_task.make_task()
-  config = config_lib.TrainingConfig(
+  config = registry.make_config(
       task=task.name, root_dir=str(tmp_path), rounds=5, clients_per_round=4,
       mechanism=mechanism, noise_multiplier=1.0,
       clip_norm=10.0, participation="poisson" if mechanism == "dpfedavg" else "uniform",
@@ -74,7 +74,7 @@ def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
 
 
 def test_clip_mechanism_is_the_clipped_mean_without_noise(tmp_path):
-  config = config_lib.TrainingConfig(
+  config = registry.make_config(
       task="toy", root_dir=str(tmp_path), rounds=5, clients_per_round=3, mechanism="clip",
       noise_multiplier=0.0, clip_norm=1.0, participation="uniform")
   value_type = tff.TensorType(np.float32, (2,))

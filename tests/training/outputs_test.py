@@ -1,45 +1,32 @@
-"""Run outputs: CSV rows exactly once across resumes, nested metrics flattened."""
+"""Run outputs: each round once across resumes, the progress line (the generic CSV and
+TensorBoard writers: tests/writers)."""
 
 from __future__ import annotations
 
-import collections
+import io
+import os
 
-import numpy as np
 import pytest
 
+from dp_fl import writers
 from dp_fl.training import outputs
 
 
-def test_resume_drops_rows_after_the_checkpoint(tmp_path):
-  path = str(tmp_path / "train.csv")
-  csv = outputs.MetricsCsv(path, resume_round=0)
-  for r in range(1, 6):
-    csv.append(r, {"loss": 1.0 / r})
-  resumed = outputs.MetricsCsv(path, resume_round=3)  # Killed after round 5, checkpoint 3.
-  for r in range(4, 7):
-    resumed.append(r, {"loss": 2.0 / r})
-  rows = outputs.read_csv(path)
-  assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5, 6]
-  assert float(rows[3]["loss"]) == pytest.approx(0.5)
-
-
-def test_new_columns_extend_the_header(tmp_path):
-  path = str(tmp_path / "m.csv")
-  csv = outputs.MetricsCsv(path, resume_round=0)
-  csv.append(1, {"a": 1})
-  csv.append(2, {"a": 2, "b": 3})
-  rows = outputs.read_csv(path)
-  assert rows[0] == {"round": "1", "a": "1", "b": ""}
-  assert rows[1] == {"round": "2", "a": "2", "b": "3"}
-
-
-def test_flatten_metrics():
-  nested = collections.OrderedDict(
-      client_work=collections.OrderedDict(train=collections.OrderedDict(
-          loss=np.float32(0.5), num_examples=np.int64(3))),
-      distributor=(), aggregator=collections.OrderedDict(noise=np.array([1.0, 2.0])))
-  assert outputs.flatten_metrics(nested) == {"client_work/train/loss": 0.5,
-                                            "client_work/train/num_examples": 3}
+def test_a_resumed_run_writes_each_round_once(tmp_path):
+  root = str(tmp_path / "run")
+  out = outputs.RunOutputs(root, 0, progress_stream=io.StringIO())
+  for r in (1, 2):
+    out.train(r, {"loss": 1.0 / r})
+    out.epsilon_so_far(r, 0.5 * r)
+  out.close()
+  resumed = outputs.RunOutputs(root, 1, progress_stream=io.StringIO())  # Checkpoint 1.
+  resumed.train(2, {"loss": 0.25})
+  resumed.close()
+  metrics = os.path.join(root, "metrics")
+  assert [(r["round"], r["loss"]) for r in writers.read_csv(os.path.join(metrics, "train.csv"))
+         ] == [("1", "1.0"), ("2", "0.25")]
+  assert [r["round"] for r in writers.read_csv(os.path.join(metrics, "privacy.csv"))] == ["1"]
+  assert os.listdir(os.path.join(root, "tensorboard"))
 
 
 def test_progress_line():

@@ -11,7 +11,6 @@ participations of a client, the most participations k) and the ε it implies.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import warnings
@@ -22,12 +21,12 @@ import numpy as np
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
-from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import tree
 from dp_fl.participation import checkpoint as participation_checkpoint
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import program
 from dp_fl.training import registry
+from tests.mechanisms import oracles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,38 +56,6 @@ def _noise_state(aggregator_state: Any) -> dict[str, Any]:
   return None
 
 
-def dense_c(mechanism: catalog.Mechanism, n: int) -> np.ndarray:
-  """C restricted to the first n rows of the run (columns = rounds)."""
-  if isinstance(mechanism, catalog.TreeMechanism):
-    return tree.binary_tree_matrix(n)
-  lower = mechanism.lower_triangular_input(n)
-  if "matrix" in lower:
-    return np.asarray(lower["matrix"], dtype=np.float64)
-  coefs = np.asarray(lower["toeplitz_coefs"], dtype=np.float64)
-  i, j = np.indices((n, n))
-  return np.where(i >= j, coefs[np.clip(i - j, 0, n - 1)], 0.0)
-
-
-def brute_force_sensitivity(c: np.ndarray, min_sep: int, max_participations: int) -> float:
-  """max over patterns of Π(b, k) in n = c.shape[1] rounds of ||C u||, brute force.
-
-  Exact when CᵀC ≥ 0 (paper 004, Eq. 6); for a signed Gram the contributions' signs are
-  searched too (the result is then a lower bound on the truth, which is all the audit needs:
-  the reported ε must dominate it).
-  """
-  n = c.shape[1]
-  signed = np.min(c.T @ c) < -1e-12
-  best = 0.0
-  for pattern in sensitivity_lib.participation_patterns(n, min_sep, max_participations):
-    columns = c[:, list(pattern)]
-    if signed and len(pattern) <= 6:
-      for signs in itertools.product((1.0, -1.0), repeat=len(pattern) - 1):
-        best = max(best, float(np.linalg.norm(columns @ np.array((1.0,) + signs))))
-    else:
-      best = max(best, float(np.linalg.norm(columns.sum(axis=1))))
-  return best
-
-
 def audit_run(task, config) -> Audit:
   """Audits the run of `config` in `config.root_dir` (see the module docstring)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -113,13 +80,13 @@ def audit_run(task, config) -> Audit:
     reported = json.load(f)
   if isinstance(registry.mechanism(config.mechanism), registry.DpFedAvgEntry):
     true_sens = None
-    q = config.population_sampling_rate
+    q = config.participation_settings.population_sampling_rate
     true_eps = dpfedavg.dpfedavg_epsilon(num_clients, q * num_clients,
                                          config.noise_multiplier, int(noise["round"]),
                                          config.delta, method=dpfedavg.PLD).epsilon
   else:
-    c = dense_c(mechanism, rows)
-    true_sens = brute_force_sensitivity(c, min_sep, k)
+    c = oracles.dense_strategy(mechanism, rows)
+    true_sens = oracles.brute_force_sensitivity(c, min_sep, k)
     # Each client's own pattern is one of those searched.
     for rows_ in patterns.values():
       own = float(np.linalg.norm(c[:, list(rows_)].sum(axis=1)))
@@ -140,7 +107,7 @@ def _online_c(mechanism: catalog.Mechanism, n: int) -> np.ndarray:
   """The n x n lower-triangular C whose rows the aggregator's noise realizes."""
   if isinstance(mechanism, catalog.TreeMechanism):
     return tree.online_tree_matrix(n)
-  return dense_c(mechanism, n)
+  return oracles.dense_strategy(mechanism, n)
 
 
 def _audit_amplified(config, mechanism, scheduler, patterns, rows, reported):

@@ -16,8 +16,8 @@ import os
 import numpy as np
 import pytest
 
-from dp_fl import runtime
 from dp_fl.aggregators import dp_ftrl
+from dp_fl.execution import runtime
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
 from dp_fl.training import program

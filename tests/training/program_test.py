@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,14 +14,15 @@ import time
 import numpy as np
 import pytest
 
-from dp_fl import runtime
+from dp_fl import writers
+from dp_fl.execution import runtime
 from dp_fl.training import checkpoints as checkpoints_lib
-from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import program
 from tests.training import toy_program
 from tests.training import toy_task
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +43,7 @@ def _rows(root_dir) -> int:
   path = os.path.join(root_dir, "metrics", "train.csv")
   if not os.path.exists(path):
     return 0
-  return len(outputs_lib.read_csv(path))
+  return len(writers.read_csv(path))
 
 
 def _wait_for_rows(proc, root_dir, rows, timeout=240.0):
@@ -59,6 +61,31 @@ def _final_arrays(root_dir):
   restored = checkpoints_lib.CheckpointManager(os.path.join(root_dir, "checkpoints")
                                                ).restore_latest()
   return restored
+
+
+def test_a_run_directory_of_the_previous_version_resumes_bitwise(tmp_path):
+  """testdata/legacy_toy_run was written before the settings left the config (issue #40's
+  HEAD: `python -m tests.training.toy_program ROOT 2 blt --reproducible_noise_seed=3`; a flat
+  config.json, a flat privacy record in its checkpoint). This version resumes it — the saved
+  config reads as equal to the new one — and ends bitwise where its own uninterrupted run
+  does (model, optimizer, noise state, scheduler)."""
+  legacy, fresh = tmp_path / "legacy", tmp_path / "fresh"
+  shutil.copytree(os.path.join(_TESTDATA, "legacy_toy_run"), legacy)
+  with open(legacy / "config.json", encoding="utf-8") as f:
+    assert "mechanism_settings" not in json.load(f)  # The flat layout of the old version.
+  task = toy_task.make_task()
+  resumed = program.run(task, toy_program.toy_config(str(legacy), 3, "blt",
+                                                     reproducible_noise_seed=3))
+  assert resumed.resumed_from == 2 and resumed.rounds_completed == 3
+  whole = program.run(task, toy_program.toy_config(str(fresh), 3, "blt",
+                                                   reproducible_noise_seed=3))
+  a, b = _final_arrays(str(legacy)), _final_arrays(str(fresh))
+  assert a.round == b.round == 3 and len(a.arrays) == len(b.arrays)
+  for x, y in zip(a.arrays, b.arrays):
+    assert x.dtype == y.dtype and np.array_equal(x, y)
+  assert a.blobs["scheduler"] == b.blobs["scheduler"] and resumed.epsilon == whole.epsilon
+  with open(legacy / "config.json", encoding="utf-8") as f:
+    assert json.load(f)["mechanism_settings"]["blt_buffers"] == 2  # Saved in the new layout.
 
 
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path):
@@ -87,7 +114,7 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_pa
   for x, y in zip(a.arrays, b.arrays):  # Model, optimizer, aggregator (noise) state.
     assert x.dtype == y.dtype and np.array_equal(x, y)
   assert a.blobs["scheduler"] == b.blobs["scheduler"]  # Scheduler and ledger.
-  rows = outputs_lib.read_csv(os.path.join(killed, "metrics", "train.csv"))
+  rows = writers.read_csv(os.path.join(killed, "metrics", "train.csv"))
   assert [int(r["round"]) for r in rows] == list(range(1, rounds + 1))
 
 
@@ -136,10 +163,10 @@ def finished_run(tmp_path_factory):
 
 def test_metrics_csv_and_tensorboard(finished_run):
   root, _, result = finished_run
-  train = outputs_lib.read_csv(os.path.join(root, "metrics", "train.csv"))
+  train = writers.read_csv(os.path.join(root, "metrics", "train.csv"))
   assert [int(r["round"]) for r in train] == list(range(1, 9))
   assert {"client_work/train/loss", "aggregator/noise_stddev", "clients"} <= set(train[0])
-  evals = outputs_lib.read_csv(os.path.join(root, "metrics", "eval.csv"))
+  evals = writers.read_csv(os.path.join(root, "metrics", "eval.csv"))
   assert [int(r["round"]) for r in evals] == [4, 8]
   assert float(evals[-1]["accuracy"]) == pytest.approx(result.eval_metrics["accuracy"])
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import types
@@ -13,7 +14,6 @@ from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import ledger as ledger_lib
-from dp_fl.training import config as config_lib
 from dp_fl.training import registry
 
 
@@ -21,7 +21,7 @@ def _config(tmp_path, **changes):
   values = dict(task="toy", root_dir=str(tmp_path), rounds=6, clients_per_round=2,
                 mechanism="dpsgd", participation="uniform", noise_multiplier=1.5, delta=1e-5)
   values.update(changes)
-  return config_lib.TrainingConfig(**values)
+  return registry.make_config(**values)
 
 
 def _realized(rounds, cohorts):
@@ -31,12 +31,44 @@ def _realized(rounds, cohorts):
   return ledger.realized()
 
 
-def test_the_config_names_are_the_registry_names():
-  assert config_lib.MECHANISMS == tuple(registry.MECHANISMS)
-  assert config_lib.PARTICIPATIONS == tuple(registry.PARTICIPATIONS)
-  assert config_lib.NONPRIVATE_MECHANISMS == ("none", "clip")
+def test_every_entry_declares_its_settings():
+  """Each name's own flags are its entry's frozen settings dataclass: valid at its defaults,
+  every field a flag with help, and a mechanism's all privacy-relevant (issue #40)."""
+  assert registry.non_private_names() == ("none", "clip")
   for name, entry in registry.MECHANISMS.items():
     assert entry.name == name and entry.description
+    assert dataclasses.is_dataclass(entry.settings_type)
+    settings = entry.settings_type()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      setattr(settings, "x", 1)
+    assert all(f.metadata["privacy"] for f in dataclasses.fields(settings)), name
+  assert registry.mechanism("blt").settings_type is registry.BltSettings
+  assert registry.mechanism("bsr").settings_type is registry.BandedSettings
+  assert registry.mechanism("two_band").settings_type is registry.DpFtrlSettings
+  assert registry.mechanism("cpsgd").settings_type is registry.CpSgdSettings
+  kinds = {}
+  for name, (kind, field) in registry.setting_fields().items():
+    kinds.setdefault(kind, []).append(name)
+    assert "help" in field.metadata, name
+  assert kinds["mechanism"] == ["mechanism_params", "max_participations", "blt_buffers",
+                                "bands", "cpsgd_levels", "cpsgd_trials", "cpsgd_p",
+                                "cpsgd_x_max"]
+  assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
+                                    "population_sampling_rate"]
+  assert kinds["runtime"] == ["device", "jit_compile", "workers", "worker_timeout_seconds",
+                              "worker_tls_ca_cert", "worker_tls_client_cert",
+                              "worker_tls_client_key"]
+
+
+def test_a_flag_is_refused_where_no_run_reads_it():
+  assert registry.ignored_flags({"blt_buffers": 2}, [("blt", "uniform")]) == []
+  assert registry.ignored_flags({"bands": 2}, [("blt", "uniform"), ("bsr", "uniform")]) == []
+  [why] = registry.ignored_flags({"bands": 2}, [("blt", "uniform")])
+  assert why.startswith("--bands=2 is read only by --mechanism=bandmf or bsr or bisr or "
+                        "bandinvmf; --mechanism=blt would ignore it.")
+  [why] = registry.ignored_flags({"timer_hours": 2.0}, [("blt", "uniform")])
+  assert "--participation=device_timer" in why
+  assert registry.ignored_flags({"device": "cpu", "rounds": 3}, [("blt", "uniform")]) == []
 
 
 def test_unknown_names_fail_with_the_known_ones():
@@ -72,7 +104,7 @@ def test_weighting_privacy_and_participation_rules(tmp_path):
   with pytest.raises(ValueError, match="σ = 0 gives no privacy.*--mechanism=none or "
                                        "--mechanism=clip"):
     _config(tmp_path, noise_multiplier=0.0)
-  assert not _config(tmp_path, mechanism="none", noise_multiplier=0.0).is_private
+  assert not registry.mechanism("none").private
   with pytest.raises(ValueError, match="--mechanism=clip has no noise to calibrate"):
     registry.mechanism("clip").calibrate(_config(tmp_path, mechanism="clip"), 1.0)
 
@@ -110,9 +142,6 @@ def test_dp_ftrl_entries_build_save_and_reload_their_mechanism(tmp_path):
   with pytest.raises(ValueError, match="holds a 'blt' mechanism, but --mechanism=dpsgd"):
     registry.mechanism("dpsgd").load_or_build(other)
 
-
-if __name__ == "__main__":
-  raise SystemExit(pytest.main([__file__, "-q"]))
 
 
 # -- the non-private references (issue #19) --------------------------------------------------
@@ -171,8 +200,7 @@ def test_clip_under_poisson_divides_by_the_expected_cohort(tmp_path):
 def test_amplifying_participations_check_the_mechanism_and_the_population(tmp_path):
   """cyclic_poisson needs a C with at most min_sep bands and q = m·G/N <= 1; balls-in-bins
   needs a square C (not TreeAgg-Full's)."""
-  from dp_fl.training import amplified  # pylint: disable=g-import-not-at-top
-  cyclic = amplified.AMPLIFICATIONS["cyclic_poisson"]
+  cyclic = registry.PARTICIPATIONS["cyclic_poisson"].amplification
   with pytest.raises(ValueError, match="needs a banded C"):  # In the configuration already.
     _config(tmp_path, mechanism="blt", participation="cyclic_poisson", min_sep=4)
   config = _config(tmp_path, mechanism="blt", participation="balls_in_bins", min_sep=4)
@@ -188,3 +216,7 @@ def test_amplifying_participations_check_the_mechanism_and_the_population(tmp_pa
   scheduler = registry.scheduler(config, 400, seed=1)
   assert scheduler.num_groups == 4
   assert scheduler.expected_cohort_size == pytest.approx(config.clients_per_round)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dp_fl import runtime
-from dp_fl.training import config as config_lib
+from dp_fl.execution import resident as resident_lib
+from dp_fl.execution import runtime
 from dp_fl.training import program
-from dp_fl.training import resident as resident_lib
+from dp_fl.training import registry
 from tests.training import toy_task
 
 
@@ -21,7 +21,7 @@ def tff_execution_context():
 
 def _process(tmp_path, mechanism: str):
   task = toy_task.make_task()
-  config = config_lib.TrainingConfig(
+  config = registry.make_config(
       task=task.name, root_dir=str(tmp_path), rounds=20, clients_per_round=4,
       mechanism=mechanism, noise_multiplier=0.5, clip_norm=1.0, blt_buffers=2,
       participation="uniform", client_learning_rate=0.1, server_learning_rate=1.0, seed=3)

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 def main(argv=None) -> int:
@@ -33,7 +33,6 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
-  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
   from tests.training import toy_task  # pylint: disable=g-import-not-at-top
   config = toy_config(args.root_dir, args.rounds, args.mechanism,
@@ -57,13 +56,13 @@ def main(argv=None) -> int:
 
 
 def toy_config(root_dir, rounds, mechanism, **overrides):
-  from dp_fl.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
   values = dict(task="toy", root_dir=root_dir, rounds=rounds, clients_per_round=4,
                 mechanism=mechanism, noise_multiplier=0.5, clip_norm=1.0,
                 participation="min_sep_rounds", min_sep=3, eval_every=4, checkpoint_every=1,
                 blt_buffers=2, seed=3, client_learning_rate=0.3, delta=1e-5)
   values.update(overrides)
-  return config_lib.TrainingConfig(**values)
+  return registry.make_config(**values)
 
 
 def calibrated_config(task, root_dir, mechanism, epsilon=8.0, rounds=6, **overrides):

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dp_fl import runtime
 from dp_fl.aggregators import noise as noise_lib
+from dp_fl.execution import runtime
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import two_band
-from dp_fl.training import config as config_lib
 from dp_fl.training import registry
+from tests.mechanisms import oracles
 from tests.training import privacy_audit
 from tests.training import toy_program
 from tests.training import toy_task
@@ -36,7 +36,7 @@ def _dense(c: float, n: int) -> np.ndarray:
 def test_sensitivity_is_the_brute_force_maximum(c, n, b, k):
   sens = two_band.TwoBandMechanism(c).sensitivity(n, b, k)
   assert sens.is_exact
-  truth = privacy_audit.brute_force_sensitivity(_dense(c, n), b, k)
+  truth = oracles.brute_force_sensitivity(_dense(c, n), b, k)
   assert sens.value == pytest.approx(truth, rel=1e-12)
 
 
@@ -99,7 +99,7 @@ def _config(root_dir, rounds=6):
 
 
 def test_trains_reports_epsilon_and_resumes_bitwise(tmp_path):
-  assert two_band.NAME in config_lib.MECHANISMS
+  assert two_band.NAME in registry.MECHANISMS
   # ε: the report's, against the audit from the checkpoint (participation record, the
   # aggregator's row counter, dense C, brute-force sensitivity); paused after 2 and 3 more
   # rounds, then resumed: bitwise the uninterrupted run.

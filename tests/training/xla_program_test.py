@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from dp_fl import runtime
+from dp_fl import writers
+from dp_fl.execution import runtime
 from dp_fl.training import checkpoints as checkpoints_lib
-from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import program
 from tests.training import toy_program
 from tests.training import toy_task
@@ -96,7 +96,7 @@ def test_poisson_cohorts_and_weight_projection_on_xla(tmp_path):
   result = program.run(task, _config(tmp_path, 5, mechanism="dpfedavg",
                                      participation="poisson", population_sampling_rate=0.3))
   assert result.stopped == "completed" and result.epsilon is not None
-  rows = outputs_lib.read_csv(os.path.join(tmp_path, "metrics", "train.csv"))
+  rows = writers.read_csv(os.path.join(tmp_path, "metrics", "train.csv"))
   assert len({r["clients"] for r in rows}) > 1  # Cohorts of varying size.
   weights = _latest(tmp_path).arrays[:2]
   assert all(np.linalg.norm(w) <= 1.0 + 1e-6 for w in weights)
@@ -110,7 +110,7 @@ def test_sigterm_checkpoints_and_exits_on_xla(tmp_path):
       text=True)
   train_csv = os.path.join(tmp_path, "metrics", "train.csv")
   deadline = time.monotonic() + 240
-  while not (os.path.exists(train_csv) and len(outputs_lib.read_csv(train_csv)) >= 2):
+  while not (os.path.exists(train_csv) and len(writers.read_csv(train_csv)) >= 2):
     assert proc.poll() is None, proc.stderr.read()[-3000:]
     assert time.monotonic() < deadline, "no progress"
     time.sleep(0.05)

@@ -16,7 +16,7 @@ needs another executor in the worker (TFF builds one per set of cardinalities); 
 then read out of the old one and written into the new one, so variable-size cohorts (Poisson
 sampling) work but keep the per-round transfer cost.
 
-Usage (inside `dp_fl.runtime.execution_context()`)::
+Usage (inside `dp_fl.execution.runtime.execution_context()`)::
 
     resident = ResidentProcess(process, process.initialize())
     for round_datasets in rounds:
@@ -32,7 +32,7 @@ import asyncio
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from dp_fl import runtime
+from dp_fl.execution import runtime
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +67,7 @@ class ResidentProcess:
 
     Raises:
       RuntimeError: if the installed TFF context is not an executor-backed synchronous
-        context (use `dp_fl.runtime.execution_context()`).
+        context (use `dp_fl.execution.runtime.execution_context()`).
     """
     from tensorflow_federated.python.common_libs import structure  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
@@ -77,7 +77,8 @@ class ResidentProcess:
     if not isinstance(context, sync_execution_context.SyncExecutionContext):
       raise RuntimeError(
           "ResidentProcess needs TFF's synchronous C++ execution context; the installed "
-          f"context is {type(context).__name__}. Run inside dp_fl.runtime.execution_context().")
+          f"context is {type(context).__name__}. Run inside "
+          "dp_fl.execution.runtime.execution_context().")
     self._factory = context.executor_factory
     self._next_type = process.next.type_signature
     parameter = self._next_type.parameter

@@ -16,7 +16,7 @@ worker outlives the Python process that started it:
 
 Usage in a binary (flags parsed with argparse in `main`)::
 
-    from dp_fl import runtime
+    from dp_fl.execution import runtime
 
     def main(argv=None):
       args = parse_args(argv)
@@ -48,6 +48,7 @@ from importlib import metadata
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import dp_fl
+from dp_fl import exits
 
 _T = TypeVar("_T")
 
@@ -380,18 +381,6 @@ def _read_pem(flag: str, path: str) -> bytes:
   return data
 
 
-class RemoteWorkerError(RuntimeError):
-  """A remote TFF worker (`--workers`) failed, hung past its deadline, or cannot be reached.
-
-  Not retried (unlike a lost local worker): the job stops naming the worker; nothing of the
-  round was applied, so its last checkpoint is intact and a rerun resumes exactly.
-  """
-
-  def __init__(self, address: str, what: str):
-    super().__init__(f"worker {address} {what}")
-    self.address = address
-
-
 # The version stamp a dp_fl worker carries (`scripts/worker` writes it into the worker's working
 # directory, where a probe computation run on the worker reads it: `remote_workers`). TFF's
 # worker_binary has no version RPC, and the graphs it runs are the client's, so this is how a
@@ -414,26 +403,6 @@ def write_worker_stamp(directory: str, stamp: Optional[dict[str, str]] = None) -
   with open(path, "w", encoding="utf-8") as f:
     json.dump(worker_stamp() if stamp is None else stamp, f, sort_keys=True)
   return path
-
-
-def is_worker_lost(error: BaseException) -> bool:
-  """Whether `error` says the TFF worker process went away mid-computation (crashed, killed).
-
-  TFF reports a worker it can no longer reach as a `RetryableError` (over gRPC: status
-  UNAVAILABLE), raised from whatever computation was running. The state the worker held (the
-  training state is resident there, `dp_fl/training/resident.py`) is lost with it; what was
-  checkpointed is not. Never imports TFF: an error from a process that has not imported TFF
-  is not TFF's.
-  """
-  errors = sys.modules.get("tensorflow_federated.python.core.impl.executors.executors_errors")
-  if errors is not None and isinstance(error, errors.RetryableError):
-    return True
-  grpc = sys.modules.get("grpc")
-  if grpc is not None and isinstance(error, grpc.RpcError) and callable(
-      getattr(error, "code", None)):
-    with contextlib.suppress(Exception):
-      return error.code() == grpc.StatusCode.UNAVAILABLE
-  return False
 
 
 def run_with_fresh_workers(body: Callable[[], _T], *, attempts: int = 3,
@@ -460,7 +429,7 @@ def run_with_fresh_workers(body: Callable[[], _T], *, attempts: int = 3,
       with execution_context():
         return body()
     except Exception as e:  # pylint: disable=broad-except
-      if attempt == attempts or not is_worker_lost(e):
+      if attempt == attempts or not exits.is_worker_lost(e):
         raise
       on_restart(f"the TFF worker process stopped ({type(e).__name__}); starting a fresh one "
                  f"and resuming from the last checkpoint (attempt {attempt + 1} of {attempts})")

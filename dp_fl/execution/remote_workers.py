@@ -2,7 +2,7 @@
 
 TFF 0.87's server is the C++ `worker_binary` (started on each host by `scripts/worker`); a
 client reaches it through `RemoteExecutor` over a gRPC channel (plaintext, or TLS to a TLS
-front end: `runtime.TlsFiles`). This module gives `xla_runtime.MapReduceProcess` a
+front end: `runtime.TlsFiles`). This module gives `xla.MapReduceProcess` a
 `RemoteClientWork`: the round's client datasets are split in contiguous chunks over the
 workers, and each worker runs, for its chunk, MapReduceForm's `work` (local training,
 clipping — everything a client does) and folds the results with the form's `zero`,
@@ -30,7 +30,7 @@ worker_binary without the stamp, is refused naming it and both versions.
 
 Faults are bounded: every RPC carries a deadline (`timeout_seconds`), so a hung worker raises
 instead of blocking; a dead one fails at once (gRPC UNAVAILABLE). Either becomes a
-`runtime.RemoteWorkerError` naming the worker; the training loop withdraws the round (nothing
+`exits.RemoteWorkerError` naming the worker; the training loop withdraws the round (nothing
 applied or recorded), so the last checkpoint stays intact and a rerun resumes exactly.
 """
 
@@ -55,8 +55,9 @@ from tensorflow_federated.python.core.impl.executor_stacks import python_executo
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
-from dp_fl import runtime
-from dp_fl import xla_runtime
+from dp_fl import exits
+from dp_fl.execution import runtime
+from dp_fl.execution import xla
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 MIN_CLIENTS_PER_SECURE_PARTIAL = 2
@@ -92,7 +93,7 @@ def _context(address: str, timeout_seconds: float, connect_seconds: float,
               " (over TLS: is a TLS front end listening there, does its certificate name "
               f"{address.rpartition(':')[0]!r} and chain to --worker_tls_ca_cert, and does it "
               "accept this client's certificate?)")
-      raise runtime.RemoteWorkerError(
+      raise exits.RemoteWorkerError(
           address, f"not reachable within {connect_seconds:g} s{hint}; start it there with "
           "`./bazelw run //scripts:worker -- --port=PORT` (docs/DISTRIBUTED.md) or drop it from "
           "--workers")
@@ -132,7 +133,7 @@ def connect(addresses: Sequence[str],
             pool: Optional[concurrent.futures.Executor] = None,
             tls: Optional[runtime.TlsFiles] = None) -> list[Any]:
   """An execution context per worker address, each reachable and of this process's versions
-  (`check_version`, run on all workers at once); `runtime.RemoteWorkerError` otherwise."""
+  (`check_version`, run on all workers at once); `exits.RemoteWorkerError` otherwise."""
   contexts = [_context(a, timeout_seconds, connect_seconds, tls) for a in addresses]
   probe = _stamp_probe()  # Traced once, here, not in each worker's thread.
   with contextlib.ExitStack() as stack:
@@ -146,7 +147,7 @@ def connect(addresses: Sequence[str],
 
 def partial_aggregation(form: Any) -> Any:
   """The computation one worker runs per round: its clients' `work` folded into one
-  `xla_runtime.PartialAggregate` (as a Python structure at SERVER).
+  `xla.PartialAggregate` (as a Python structure at SERVER).
 
       (data@CLIENTS, client_input@SERVER)
           -> <accumulator, <Σ secure inputs, out of bounds>>@SERVER
@@ -162,10 +163,10 @@ def partial_aggregation(form: Any) -> Any:
   work = form.work
   data_type, input_type = work.type_signature.parameter
   accumulator_type = form.zero.type_signature.result
-  secure_types = xla_runtime.secure_leaf_types(form)
+  secure_types = xla.secure_leaf_types(form)
   secure_type = tff.StructType(secure_types)
   folded_type = tff.StructType([secure_type, tff.TensorType(np.bool_)])
-  upper = xla_runtime.secure_bounds(form) if secure_types else []
+  upper = xla.secure_bounds(form) if secure_types else []
 
   @tff.tensorflow.computation(accumulator_type)
   def as_is(accumulator):
@@ -180,7 +181,7 @@ def partial_aggregation(form: Any) -> Any:
   @tff.tensorflow.computation
   def secure_zero():
     return structure.pack_sequence_as(folded_type, [
-        xla_runtime.zeros(t) for t in secure_types] + [tf.constant(False)])
+        xla.zeros(t) for t in secure_types] + [tf.constant(False)])
 
   def fold(sums, out_of_bounds, values, more_out_of_bounds):
     return structure.pack_sequence_as(folded_type, [
@@ -191,7 +192,7 @@ def partial_aggregation(form: Any) -> Any:
   def secure_accumulate(folded, value):
     values = structure.flatten(value)
     beyond = tf.reduce_any(tf.stack([tf.constant(False)] + [
-        xla_runtime.exceeds(v, b) for v, b in zip(values, upper)]))
+        xla.exceeds(v, b) for v, b in zip(values, upper)]))
     return fold(folded[0], folded[1], values, beyond)
 
   @tff.tensorflow.computation(folded_type, folded_type)
@@ -231,7 +232,7 @@ class RemoteClientWork:
     self.timeout_seconds = timeout_seconds
     self._computation = partial_aggregation(form)
     self._accumulator_type = form.zero.type_signature.result
-    self._secure_types = xla_runtime.secure_leaf_types(form)
+    self._secure_types = xla.secure_leaf_types(form)
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self.addresses))
     try:
       self._contexts = connect(self.addresses, timeout_seconds, connect_seconds, self._pool,
@@ -241,7 +242,7 @@ class RemoteClientWork:
       raise
 
   def __call__(self, client_data: Sequence[Any], client_input: Any
-               ) -> list[xla_runtime.PartialAggregate]:
+               ) -> list[xla.PartialAggregate]:
     """One `PartialAggregate` per worker that had clients, in worker order; with secure sums,
     no worker folds fewer than `MIN_CLIENTS_PER_SECURE_PARTIAL` of them (module docstring)."""
     chunks = split(len(client_data), len(self.addresses),
@@ -254,21 +255,21 @@ class RemoteClientWork:
       try:
         folded = future.result()
       except Exception as e:  # pylint: disable=broad-except
-        raise runtime.RemoteWorkerError(address, _describe(e, self.timeout_seconds)) from e
+        raise exits.RemoteWorkerError(address, _describe(e, self.timeout_seconds)) from e
       partials.append(self._partial(folded))
     return partials
 
-  def _partial(self, folded: Any) -> xla_runtime.PartialAggregate:
+  def _partial(self, folded: Any) -> xla.PartialAggregate:
     if not self._secure_types:
-      return xla_runtime.PartialAggregate(
-          xla_runtime.flatten(folded, self._accumulator_type), [], tf.constant(False))
+      return xla.PartialAggregate(
+          xla.flatten(folded, self._accumulator_type), [], tf.constant(False))
     accumulator, (sums, out_of_bounds) = folded
     count = len(self._secure_types)
     sums = tf.nest.flatten(sums)
     if len(sums) != count:
       raise ValueError(f"A worker returned {len(sums)} secure sums for {count} inputs.")
-    return xla_runtime.PartialAggregate(
-        xla_runtime.flatten(accumulator, self._accumulator_type),
+    return xla.PartialAggregate(
+        xla.flatten(accumulator, self._accumulator_type),
         [tf.convert_to_tensor(x) for x in sums], tf.convert_to_tensor(out_of_bounds))
 
   def close(self) -> None:
@@ -298,7 +299,7 @@ def _versions(stamp: dict[str, Any]) -> str:
 def check_version(address: str, context: Any,
                   timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
                   probe: Optional[Any] = None) -> None:
-  """Refuses (`runtime.RemoteWorkerError`) a worker whose version stamp is missing, unreadable
+  """Refuses (`exits.RemoteWorkerError`) a worker whose version stamp is missing, unreadable
   or differs from this process's `runtime.worker_stamp()` (module docstring). `probe`: the
   `_stamp_probe()` computation, when the caller has built it already."""
   restart = ("start it with this checkout's `./bazelw run //scripts:worker -- --port=PORT` "
@@ -307,11 +308,11 @@ def check_version(address: str, context: Any,
     (raw,) = context.invoke(probe or _stamp_probe(), [0])
   except Exception as e:  # pylint: disable=broad-except
     if "No such file" in _details(e):
-      raise runtime.RemoteWorkerError(
+      raise exits.RemoteWorkerError(
           address, f"carries no dp_fl version stamp ({runtime.WORKER_STAMP_FILE} in its "
           "working directory): it is a bare TFF worker_binary or was started by a dp_fl older "
           f"than 0.2.0, so its versions cannot be checked; {restart}") from e
-    raise runtime.RemoteWorkerError(
+    raise exits.RemoteWorkerError(
         address, "could not run dp_fl's version check: "
         f"{_describe(e, timeout_seconds)}") from e
   try:
@@ -319,11 +320,11 @@ def check_version(address: str, context: Any,
     if not isinstance(theirs, dict):
       raise ValueError("not a JSON object")
   except ValueError as e:
-    raise runtime.RemoteWorkerError(
+    raise exits.RemoteWorkerError(
         address, f"has an unreadable dp_fl version stamp ({e}: {raw[:80]!r}); {restart}") from e
   mine = runtime.worker_stamp()
   if any(theirs.get(name) != version for name, version in mine.items()):
-    raise runtime.RemoteWorkerError(
+    raise exits.RemoteWorkerError(
         address, f"runs {_versions(theirs)}, but this training process runs {_versions(mine)}; "
         "a worker must run the same dp_fl, TensorFlow Federated and TensorFlow: stop it and "
         + restart)

@@ -1,4 +1,4 @@
-"""How rounds execute (`--runtime`): the learning process as `loop.TrainingLoop` sees it.
+"""How rounds execute (`--runtime`): the learning process as `dp_fl.training.loop.TrainingLoop` sees it.
 
 | `--runtime`  | where a round runs                                                           |
 |--------------|------------------------------------------------------------------------------|
@@ -6,7 +6,7 @@
 |              | the state stays in the worker between rounds (`resident.py`)                 |
 | `xla`        | this process: `process.next` compiled to MapReduceForm and run by TensorFlow |
 |              | on `--device` (GPU/TPU when TensorFlow sees one), XLA for `--jit_compile`    |
-|              | (`dp_fl/xla_runtime.py`); the state stays on the device between rounds      |
+|              | (`xla.py`); the state stays on the device between rounds                     |
 
 Both take the same Python state (a checkpoint written by one resumes in the other) and give
 the loop the same interface:
@@ -25,8 +25,8 @@ import dataclasses
 import os
 from typing import Any, Callable, Optional
 
-from dp_fl import runtime as runtime_lib
-from dp_fl.training import outputs as outputs_lib
+from dp_fl import writers
+from dp_fl.execution import runtime as runtime_lib
 
 
 def model_weights(process: Any, state: Any) -> Any:
@@ -91,12 +91,12 @@ class TffWorkerLearner(_Learner):
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str, **unused: Any):
     del device, unused  # The C++ worker has no device choice (it is built without CUDA).
     super().__init__(process, client_epochs)
-    from dp_fl.training import resident as resident_lib  # pylint: disable=g-import-not-at-top
+    from dp_fl.execution import resident as resident_lib  # pylint: disable=g-import-not-at-top
     self.resident = resident_lib.ResidentProcess(process, state)
 
   def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
     result = self.resident.next(self._repeat(datasets))
-    return result, outputs_lib.flatten_metrics(result.metrics)
+    return result, writers.flatten_metrics(result.metrics)
 
   def commit(self, result: Any) -> None:
     self.resident.commit(result)
@@ -112,25 +112,25 @@ class TffWorkerLearner(_Learner):
 
 
 class XlaLearner(_Learner):
-  """Rounds in this process on `device` (`dp_fl/xla_runtime.py`); the state's tensors stay
-  on the device and are read back only for `state()`."""
+  """Rounds in this process on `device` (`xla.py`); the state's tensors stay on the device
+  and are read back only for `state()`."""
 
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
                client_work: Optional[Callable[[Any], Any]] = None, **unused: Any):
     del unused
     super().__init__(process, client_epochs)
-    from dp_fl import xla_runtime  # pylint: disable=g-import-not-at-top
-    self.device = xla_runtime.select_device(device)
+    from dp_fl.execution import xla  # pylint: disable=g-import-not-at-top
+    self.device = xla.select_device(device)
     # One client per core: results do not depend on it (updates accumulate in client order).
-    self.mapreduce = xla_runtime.MapReduceProcess(process, self.device,
-                                                  parallel_clients=os.cpu_count() or 1,
-                                                  client_work=client_work)
+    self.mapreduce = xla.MapReduceProcess(process, self.device,
+                                          parallel_clients=os.cpu_count() or 1,
+                                          client_work=client_work)
     self._leaves = self.mapreduce.state_leaves(state)
     self._state: Optional[Any] = state
 
   def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:
     result = self.mapreduce.next(self._leaves, self._repeat(datasets))
-    return result, outputs_lib.flatten_metrics(self.mapreduce.output(result.output))
+    return result, writers.flatten_metrics(self.mapreduce.output(result.output))
 
   def commit(self, result: Any) -> None:
     self._leaves = result.state
@@ -148,13 +148,13 @@ class XlaLearner(_Learner):
 
 class WorkersLearner(XlaLearner):
   """Clients' work on remote TFF workers (`--workers`), the server steps — the DP aggregation,
-  its noise and state — in this process on `device` (`dp_fl/remote_workers.py`)."""
+  its noise and state — in this process on `device` (`remote_workers.py`)."""
 
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
                workers: Optional[str] = None,
                worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
                worker_tls: Optional[runtime_lib.TlsFiles] = None, **unused: Any):
-    from dp_fl import remote_workers  # pylint: disable=g-import-not-at-top
+    from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     addresses = runtime_lib.parse_workers(workers or "")
     self._remote: Optional[Any] = None
 

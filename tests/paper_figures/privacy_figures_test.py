@@ -1,4 +1,4 @@
-"""Tests of paper 004's Figs. 8-10 (dp_fl/planning/privacy_figures.py).
+"""Tests of paper 004's Figs. 8-10 (dp_fl/paper_figures/fig08_*, fig09_*, fig10_*, privacy_curves).
 
 Every figure runs compute(quick=True) -> JSON round trip -> draw; its numbers are checked
 against the library called directly (catalog sensitivities, zcdp guarantees, Eq. 2 from the
@@ -16,11 +16,14 @@ import pytest
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import blt
 from dp_fl.mechanisms import catalog
-from dp_fl.planning import figure_spec
-from dp_fl.planning import privacy_figures
+from dp_fl.paper_figures import fig08_extrapolation
+from dp_fl.paper_figures import fig09_epsilon_vs_rounds
+from dp_fl.paper_figures import figure_spec
+from dp_fl.paper_figures import paper004
+from dp_fl.paper_figures import privacy_curves
 
-_FIGURES = {figure.name: figure for figure in privacy_figures.FIGURES}
-_QUICK = privacy_figures.figure_settings(quick=True)
+_FIGURES = {figure.name: figure for figure in paper004.FIGURES[-3:]}
+_QUICK = privacy_curves.figure_settings(quick=True)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +66,7 @@ def test_draw_plots_the_numbers_of_the_dict(quick_data):
   data = json.loads(json.dumps(quick_data["fig09_epsilon_vs_rounds"]))
   series = _panel_series(data["panels"][1], "blt")[0]
   series["rho"] = [10.0 * r for r in series["rho"]]
-  figure = privacy_figures.draw_fig09(data)
+  figure = fig09_epsilon_vs_rounds.draw(data)
   lines = [line for line in figure.axes[1].get_lines() if line.get_label() == series["label"]]
   assert len(lines) == 1
   np.testing.assert_allclose(lines[0].get_ydata(), series["rho"])
@@ -106,7 +109,7 @@ def test_fig09_blt_beats_treeagg_and_bandmf_stops_where_optimized(quick_data):
     bandmf = _panel_series(panel, "bandmf")[0]
     assert max(bandmf["rounds"]) == _QUICK.bandmf_rounds
     assert max(_panel_series(panel, "tree")[0]["rounds"]) == 4000
-  assert privacy_figures.figure_settings(quick=False).bandmf_rounds == 2000
+  assert privacy_curves.figure_settings(quick=False).bandmf_rounds == 2000
   assert data["caption"]["noise_multipliers"]["blt"]["100"] == pytest.approx(3.12 * 6500 / 3000)
 
 
@@ -115,7 +118,7 @@ def test_bandmf_noise_multiplier_matches_treeagg_rmse(quick_data):
   sigma = quick_data["fig09_epsilon_vs_rounds"]["caption"]["noise_multipliers"]["bandmf"]
   tree = catalog.evaluate(catalog.TreeMechanism(full=False), rounds, 400)
   for min_sep in (100, 400, 1000):
-    bandmf = privacy_figures.bandmf_mechanism(rounds, min_sep)
+    bandmf = privacy_curves.bandmf_mechanism(rounds, min_sep)
     evaluation = catalog.evaluate(bandmf, rounds, min(min_sep, rounds))
     assert sigma[str(min_sep)] * evaluation.rms_error == pytest.approx(7 * tree.rms_error,
                                                                        rel=1e-12)
@@ -125,11 +128,11 @@ def test_privacy_curve_uses_the_upper_bound_and_keeps_the_lower_one():
   tree = catalog.TreeMechanism(full=False, max_work=1)  # Out of budget: a bracket.
   sens = tree.sensitivity(100, 7, 5)
   assert not sens.is_exact and sens.guaranteed > sens.value
-  curve = privacy_figures.privacy_curve(tree, [(100, 7, 5)], 7.0)
+  curve = privacy_curves.privacy_curve(tree, [(100, 7, 5)], 7.0)
   assert curve["sensitivity_kind"] == ["upper_bound"]
   assert curve["rho"][0] == pytest.approx(sens.guaranteed ** 2 / 98)
   assert curve["rho_lower_bound"][0] == pytest.approx(sens.value ** 2 / 98)
-  exact = privacy_figures.privacy_curve(tree, [(64, 32, 9)], 7.0)  # k capped at 2.
+  exact = privacy_curves.privacy_curve(tree, [(64, 32, 9)], 7.0)  # k capped at 2.
   assert exact["max_participations"] == [2] and exact["rho_lower_bound"] == [None]
 
 
@@ -149,7 +152,7 @@ def test_fig10_coefficients_follow_eq2_and_invert(quick_data):
     np.testing.assert_allclose(c, eq2, rtol=1e-12)
     np.testing.assert_allclose(np.convolve(c, c_hat)[:n], np.eye(1, n)[0], atol=1e-12)
     assert c_hat[0] == 1.0 and np.all(c_hat[1:] < 0)
-  full = privacy_figures.figure_settings(quick=False)
+  full = privacy_curves.figure_settings(quick=False)
   assert full.fig10_rounds is None  # Each BLT's own n: 2000, 4000, 4000.
   assert all(check["holds"] for check in data["checks"])
 
@@ -187,27 +190,27 @@ def test_fig08_extrapolation_rules(quick_data):
       zcdp.matrix_mechanism_guarantee(sens, 7.379 * 4, 1e-10).rho, rel=1e-12)
 
 
-def test_bandmf_is_the_build_mechanism_figures_asks_for():
-  # mechanism_figures spells a BandMF this way (its `_bandmf`); both must hit one key.
-  assert privacy_figures.bandmf_mechanism(120, 24) is figure_spec.built(
+def test_bandmf_is_the_build_figs_1_to_6_ask_for():
+  # Figs. 1-6 spell a BandMF this way (`rms_loss.bandmf`); both must hit one key.
+  assert privacy_curves.bandmf_mechanism(120, 24) is figure_spec.built(
       "bandmf", rounds=120, min_sep=24, max_participations=None, buffers=4, bands=24,
       optimize_for="rms").mechanism
   # b̂ > n: bands = n, the same build as b̂ = n.
-  assert (privacy_figures.bandmf_mechanism(120, 400)
-          is privacy_figures.bandmf_mechanism(120, 120))
+  assert (privacy_curves.bandmf_mechanism(120, 400)
+          is privacy_curves.bandmf_mechanism(120, 120))
 
 
 def test_calibrated_noise_multiplier_reproduces_the_rho():
-  bandmf = privacy_figures.bandmf_mechanism(_QUICK.bandmf_rounds, 400)
-  calibration = privacy_figures.calibrate_noise_multiplier(bandmf, 150, 37, 9, 0.29)
+  bandmf = privacy_curves.bandmf_mechanism(_QUICK.bandmf_rounds, 400)
+  calibration = privacy_curves.calibrate_noise_multiplier(bandmf, 150, 37, 9, 0.29)
   assert calibration.max_participations == 5  # Capped at ⌈150/37⌉.
   sens = bandmf.sensitivity(150, 37, 5)
   assert calibration.noise_multiplier == pytest.approx(sens.guaranteed / math.sqrt(0.58),
                                                        rel=1e-12)
-  curve = privacy_figures.privacy_curve(bandmf, [(150, 37, 5)], calibration.noise_multiplier)
+  curve = privacy_curves.privacy_curve(bandmf, [(150, 37, 5)], calibration.noise_multiplier)
   assert curve["rho"][0] == pytest.approx(0.29, rel=1e-12)
   assert calibration.sensitivity_kind == curve["sensitivity_kind"][0]
-  assert privacy_figures.es_es_bandmf_calibration(_QUICK.bandmf_rounds) is None  # n < 1280.
+  assert privacy_curves.es_es_bandmf_calibration(_QUICK.bandmf_rounds) is None  # n < 1280.
 
 
 def test_quick_fig08_draws_the_rmse_rule_and_fig09_notes_the_es_es_sigma(quick_data):
@@ -223,10 +226,10 @@ def test_quick_fig08_draws_the_rmse_rule_and_fig09_notes_the_es_es_sigma(quick_d
 
 def test_fig08_draws_the_es_es_calibrated_bandmf_and_checks_both(monkeypatch):
   # The full-size path at quick sizes: a calibration at a quick (n, b, k) stands in for es-ES.
-  bandmf = privacy_figures.bandmf_mechanism(_QUICK.bandmf_rounds, 400)
-  calibration = privacy_figures.calibrate_noise_multiplier(bandmf, 150, 37, 4, 0.29)
-  monkeypatch.setattr(privacy_figures, "es_es_bandmf_calibration", lambda rounds: calibration)
-  data = json.loads(json.dumps(privacy_figures.compute_fig08(True)))
+  bandmf = privacy_curves.bandmf_mechanism(_QUICK.bandmf_rounds, 400)
+  calibration = privacy_curves.calibrate_noise_multiplier(bandmf, 150, 37, 4, 0.29)
+  monkeypatch.setattr(privacy_curves, "es_es_bandmf_calibration", lambda rounds: calibration)
+  data = json.loads(json.dumps(fig08_extrapolation.compute(True)))
   sigma0 = data["caption"]["bandmf_noise_multiplier_at_6500"]
   drawn = calibration.noise_multiplier
   assert sigma0["drawn"] == "table4_es_es" and sigma0["table4_es_es"] == drawn

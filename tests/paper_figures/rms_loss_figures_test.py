@@ -1,4 +1,5 @@
-"""Tests of dp_fl.planning.mechanism_figures (paper 004, Figs. 1-6) at quick=True sizes.
+"""Tests of paper 004's Figs. 1-6 (dp_fl/paper_figures/fig0[1-6]_*.py, rms_loss.py) at quick=True
+sizes.
 
 Every figure is computed once (quick), JSON round-tripped and drawn; its numbers are checked
 against `catalog.build` / `catalog.evaluate` called directly (fresh mechanisms, no memo), and
@@ -14,21 +15,24 @@ import numpy as np
 import pytest
 
 from dp_fl.mechanisms import catalog
-from dp_fl.planning import figure_spec
-from dp_fl.planning import mechanism_figures
+from dp_fl.paper_figures import fig02_rms_loss_vs_min_sep
+from dp_fl.paper_figures import figure_spec
+from dp_fl.paper_figures import paper004
+from dp_fl.paper_figures import rms_loss
 
 NAMES = ("fig01_optimization_time", "fig02_rms_loss_vs_min_sep", "fig03_vary_min_sep",
          "fig04_vary_min_sep_k_n_over_b", "fig05_vary_rounds", "fig06_min_sep_robustness")
+FIGURES = paper004.FIGURES[:len(NAMES)]
 
 
 @pytest.fixture(scope="module")
 def data():
   """{name: compute(quick=True) after a JSON round trip}."""
-  return {f.name: json.loads(json.dumps(f.compute(True))) for f in mechanism_figures.FIGURES}
+  return {f.name: json.loads(json.dumps(f.compute(True))) for f in FIGURES}
 
 
 def _figure(name):
-  return next(f for f in mechanism_figures.FIGURES if f.name == name)
+  return next(f for f in FIGURES if f.name == name)
 
 
 def _series(panel, label):
@@ -36,8 +40,9 @@ def _series(panel, label):
 
 
 def test_figures_are_the_six_in_order():
-  assert tuple(f.name for f in mechanism_figures.FIGURES) == NAMES
-  assert all(isinstance(f, figure_spec.PaperFigure) for f in mechanism_figures.FIGURES)
+  assert tuple(f.name for f in FIGURES) == NAMES
+  assert all(isinstance(f, figure_spec.PaperFigure) for f in FIGURES)
+  assert all(f.draw is rms_loss.draw for f in FIGURES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -45,7 +50,7 @@ def test_data_records_caption_paper_differences_and_checks(data, name):
   figure_data = figure_spec.check_data(_figure(name), data[name])
   number = NAMES.index(name) + 1
   assert figure_data["title"].startswith(f"Paper 004, Fig. {number}: ")
-  assert figure_data["quick"] is True and figure_data["rounds"] == mechanism_figures.QUICK_ROUNDS
+  assert figure_data["quick"] is True and figure_data["rounds"] == rms_loss.QUICK_ROUNDS
   assert isinstance(figure_data["caption"], str) and "n" in figure_data["caption"]
   assert figure_data["paper"] and figure_data["differences"]
   assert figure_data["checks"]
@@ -82,15 +87,15 @@ def test_draw_uses_only_the_data_and_marks_lower_bounds():
   data = {"title": "Paper 004, Fig. 9: test", "panels": [
       {"title": "t", "xlabel": "b", "ylabel": "RmsLoss", "xscale": "log", "yscale": "linear",
        "series": [series]}]}
-  figure = mechanism_figures.draw(data)
+  figure = rms_loss.draw(data)
   ax, = figure.get_axes()
   open_markers = [l for l in ax.get_lines() if l.get_label() == "_nolegend_"]
   assert len(open_markers) == 1
   np.testing.assert_array_equal(open_markers[0].get_xdata(), [1])
   notes = lambda figure: [t.get_text() for t in figure.texts if t.get_text() != data["title"]]
-  assert notes(figure) == [mechanism_figures.LOWER_BOUND_LEGEND]
+  assert notes(figure) == [rms_loss.LOWER_BOUND_LEGEND]
   series["sensitivity_kind"] = ["exact"] * 3
-  assert notes(mechanism_figures.draw(data)) == []
+  assert notes(rms_loss.draw(data)) == []
 
 
 def test_fig01_times_every_build_and_records_the_machine(data):
@@ -122,7 +127,7 @@ def test_fig02_points_equal_catalog_evaluate_of_fresh_mechanisms(data):
 def test_fig02_sign_changes_match_the_points(data):
   fig = data["fig02_rms_loss_vs_min_sep"]
   left = fig["panels"][0]
-  b_hat = mechanism_figures._Scale(fig["rounds"]).of(400)  # pylint: disable=protected-access
+  b_hat = rms_loss.Scale(fig["rounds"]).of(400)
   blt = dict(zip(*(_series(left, "BLT(k=2, mean)")[key] for key in ("x", "y"))))
   bandmf = dict(zip(*(_series(left, f"BandMF(b̂={b_hat})")[key] for key in ("x", "y"))))
   changes = fig["blt_vs_bandmf_k2_sign_changes"]
@@ -133,7 +138,7 @@ def test_fig02_sign_changes_match_the_points(data):
 
 
 def test_sign_changes_are_located_exactly():
-  sign_changes = mechanism_figures._sign_changes  # pylint: disable=protected-access
+  sign_changes = fig02_rms_loss_vs_min_sep._sign_changes  # pylint: disable=protected-access
   assert sign_changes(lambda b: b < 37 or b >= 80, [1, 10, 50, 100]) == [37, 80]
   assert sign_changes(lambda b: True, [1, 10, 50]) == []
 
@@ -209,12 +214,11 @@ def test_built_is_keyed_by_the_arguments_with_catalog_defaults_filled_in():
   np.testing.assert_allclose(errors, fresh.mechanism.per_query_squared_error(30), rtol=1e-12)
 
 
-def test_bandmf_is_the_build_privacy_figures_asks_for(data):
-  # privacy_figures.bandmf_mechanism spells a BandMF this way; both must hit one key.
-  n = mechanism_figures.QUICK_ROUNDS
-  b_hat = mechanism_figures._Scale(n).of(400)  # pylint: disable=protected-access
-  arguments = mechanism_figures._bandmf(  # pylint: disable=protected-access
-      n, b_hat, "BandMF").build_arguments()
+def test_bandmf_is_the_build_the_privacy_figures_ask_for(data):
+  # privacy_curves.bandmf_mechanism spells a BandMF this way; both must hit one key.
+  n = rms_loss.QUICK_ROUNDS
+  b_hat = rms_loss.Scale(n).of(400)
+  arguments = rms_loss.bandmf(n, b_hat, "BandMF").build_arguments()
   name = arguments.pop("name")
   assert figure_spec.is_built(name, **arguments)  # Built by Figs. 1-6 (the fixture).
   assert figure_spec.built("bandmf", rounds=n, min_sep=b_hat, bands=b_hat,

@@ -1,8 +1,10 @@
 """One paper figure = the numbers it plots (JSON) + a drawing made from those numbers only.
 
 `scripts/paper004_figures` runs `compute`, writes its JSON, then draws the PNG from the JSON
-read back (`draw(data)`), so a figure never shows more than the file beside it; `--replot`
-redraws from committed JSON without recomputing.
+read back (`draw(data)`, by `dp_fl.results`, the pattern every study of the repository writes its
+results by), so a figure never shows more than the file beside it; `--replot` redraws from
+committed JSON without recomputing. One module of this package per figure, each exposing
+`FIGURE`; `paper004.FIGURES` lists them in the paper's order.
 
 `compute(quick)` returns a JSON-ready dict with at least:
   "caption": the settings behind every curve (n, b, k, d, σ, what the y-axis is, ...);

@@ -1,0 +1,69 @@
+"""A training job beyond its memory or time budget is refused before anything is written,
+naming --rounds, the estimate and the rounds that would fit (issue #18;
+dp_fl/training/budget.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dp_fl import resources
+from dp_fl.training import budget
+from dp_fl.training import registry
+
+
+@pytest.fixture(autouse=True)
+def _default_budgets():
+  resources.set_budgets()
+  yield
+  resources.set_budgets()
+
+
+def _config(tmp_path, **changes):
+  fields = dict(task="t", root_dir=str(tmp_path), rounds=100, clients_per_round=10)
+  return registry.make_config(**{**fields, **changes})
+
+
+def test_training_at_a_billion_rounds_is_refused(tmp_path):
+  with pytest.raises(ValueError, match=r"--rounds=1000000000: optimizing a 4-buffer BLT"):
+    budget.check_training(_config(tmp_path, rounds=10 ** 9), 1000, memory_bytes=24e9)
+  assert os.listdir(tmp_path) == []
+
+
+def test_training_refusal_names_rounds_that_fit(tmp_path):
+  config = _config(tmp_path, rounds=5000, mechanism="bandmf", min_sep=100)
+  with pytest.raises(ValueError, match="at most") as error:
+    budget.check_training(config, 1000, memory_bytes=200e6)
+  fits = int(str(error.value).split("at most ")[1].split()[0])
+  budget.check_training(config.replace(rounds=fits), 1000, memory_bytes=200e6)
+  with pytest.raises(ValueError):
+    budget.check_training(config.replace(rounds=fits + 1), 1000, memory_bytes=200e6)
+
+
+def test_training_with_given_params_skips_the_build(tmp_path):
+  config = _config(tmp_path, rounds=3000, mechanism="bandmf", min_sep=100)
+  limit = 0.5e9  # 80 n² = 720 MB to optimize, 32 n² = 288 MB to evaluate.
+  with pytest.raises(ValueError, match="optimizing BandMF"):
+    budget.check_training(config, 1000, memory_bytes=limit)
+  estimate = budget.check_training(config.replace(mechanism_params="p.json"), 1000,
+                                   memory_bytes=limit)
+  assert 288e6 <= estimate.bytes < limit
+
+
+def test_training_rounds_beyond_int32_and_huge_populations(tmp_path):
+  with pytest.raises(ValueError, match=r"--rounds=2147483648 exceeds 2147483647"):
+    budget.check_training(_config(tmp_path, rounds=2 ** 31, mechanism="dpfedavg",
+                                  participation="poisson"), 1000)
+  with pytest.raises(ValueError, match="participation ledger of 1000000000000 clients"):
+    budget.check_training(_config(tmp_path, mechanism="dpsgd"), 10 ** 12,
+                          memory_bytes=1e9)
+
+
+def test_training_default_job_fits(tmp_path):
+  estimate = budget.check_training(_config(tmp_path, rounds=2052, min_sep=342), 10000)
+  assert 0 < estimate.bytes < resources.memory_budget()
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
