@@ -12,9 +12,10 @@ An entry of `MECHANISMS` owns everything the training tier needs for one mechani
     accountant = entry.accountant(config, mechanism, num_clients)   # ε so far, reports
     sigma = entry.calibrate(config, target_epsilon) # σ for a planned schedule
 
-`PARTICIPATIONS` maps each `--participation` name to the builder of its scheduler (the
-participation package's own `KIND` registry restores them from checkpoints). No name is
-compared as a string anywhere else in the training tier, and nothing falls back silently.
+`PARTICIPATIONS` is dp_fl/participation/schemes.py's registry: each `--participation` name's
+entry owns its scheduler, settings, cohort, separation, amplification and the mechanism
+accountings it serves (`MechanismEntry.accounting`; `check_participation` asks the run's
+scheme). No name is compared as a string anywhere else, and nothing falls back silently.
 
 A mechanism's own flags are the fields of its entry's settings dataclass (`BltSettings`,
 `BandedSettings`, `CpSgdSettings`, ...; `config_lib.setting` gives each its help text, and

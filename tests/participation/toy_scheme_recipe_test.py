@@ -64,13 +64,18 @@ class RoundRobinScheme(schemes.Scheme):
     return RoundRobinScheduler(num_clients, config.clients_per_round, seed)
 
 
-schemes.register(RoundRobinScheme(), RoundRobinScheduler)
-
-
 @pytest.fixture(scope="module", autouse=True)
-def tff_execution_context():
-  with runtime.execution_context():
-    yield
+def registered():
+  """The recipe's registration line — in the schemes module a real scheme has it at import:
+  `schemes.register(RoundRobinScheme(), RoundRobinScheduler)`. Here for this module's tests
+  only: other test modules run in the same process must not see a toy choice."""
+  schemes.register(RoundRobinScheme(), RoundRobinScheduler)
+  try:
+    with runtime.execution_context():
+      yield
+  finally:
+    del schemes.SCHEMES[NAME]
+    del checkpoint._SCHEDULERS[RoundRobinScheduler.KIND]  # pylint: disable=protected-access
 
 
 def _config(root_dir, mechanism="blt", **overrides):

@@ -14,6 +14,7 @@ from dp_fl.execution import runtime
 from dp_fl.participation import ledger as ledger_lib
 from dp_fl.training import amplified
 from dp_fl.training import program
+from dp_fl.training import registry
 from tests.training import toy_program
 from tests.training import toy_task
 
@@ -97,7 +98,7 @@ def test_the_amplified_epsilon_is_below_the_unamplified_one_of_the_same_run(
 
 def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):
   config = _config(tmp_path, "dpsgd", "cyclic_poisson", min_sep=2)
-  accountant = amplified.CyclicPoisson().accountant(
+  accountant = amplified.of(registry.PARTICIPATIONS["cyclic_poisson"]).accountant(
       config, program.build_mechanism(config), NUM_CLIENTS)
   ledger = ledger_lib.ParticipationLedger(NUM_CLIENTS)
   for r in range(6):  # Client 0 in every turn of its group: the unamplified worst case.
@@ -117,7 +118,7 @@ def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):
 
 def test_a_public_sampling_seed_is_a_caveat_of_the_amplified_claim(tmp_path):
   config = _config(tmp_path, "dpsgd", "cyclic_poisson", min_sep=2, reproducible_noise_seed=3)
-  accountant = amplified.CyclicPoisson().accountant(
+  accountant = amplified.of(registry.PARTICIPATIONS["cyclic_poisson"]).accountant(
       config, program.build_mechanism(config), NUM_CLIENTS)
   ledger = ledger_lib.ParticipationLedger(NUM_CLIENTS)
   ledger.record(0, [0, 1])
@@ -151,7 +152,8 @@ def test_a_failed_verification_falls_back_on_the_unamplified_sigma_also_on_resum
   config = _config(tmp_path, "dpsgd")
   sigma = program.calibrate_noise_multiplier(config, 6.0, NUM_CLIENTS)
   mechanism = program.build_mechanism(config)
-  unamplified = amplified.BallsInBins().pair(config, mechanism, NUM_CLIENTS)
+  unamplified = amplified.of(registry.PARTICIPATIONS["balls_in_bins"]).pair(
+      config, mechanism, NUM_CLIENTS)
   assert sigma == amplification.round_up(
       amplification.balls_in_bins.unamplified_noise_multiplier(unamplified, epsilon=6.0,
                                                                delta=config.delta))
