@@ -12,11 +12,12 @@ figure never shows more than the JSON beside it; `draw` does the second half alo
 how a study redraws its outputs from a committed JSON without computing anything. Every file
 is written atomically (`dp_fl.files`, `dp_fl.writers.save_figure`).
 
-Used by every study that writes JSON + Markdown + PNG: scripts/paper004_figures (one JSON +
-PNG per figure of `dp_fl.paper_figures`), scripts/plan (plan.json, epsilon_vs_rounds.png),
-dp_fl.decentralized.comparison, dp_fl.training.compare, scripts/amplification_table,
-scripts/cpsgd_dme and tasks/digits. Ground floor: imports only `dp_fl.files` and
-`dp_fl.writers`.
+The one way a study writes JSON + Markdown + PNG: scripts/paper004_figures (one JSON + PNG
+per figure of `dp_fl.paper_figures`), scripts/plan (plan.json, epsilon_vs_rounds.png drawn from
+it), scripts/amplification_table, scripts/cpsgd_dme, tasks/digits/results.py and
+dp_fl.decentralized.comparison (its Markdown from the JSON; its Figure 2 from the runs'
+histories, which the comparison JSON does not hold). Ground floor: imports only `dp_fl.files`
+and `dp_fl.writers`.
 """
 
 from __future__ import annotations

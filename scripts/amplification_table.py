@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 import warnings
@@ -34,7 +33,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from dp_fl import exits
-from dp_fl import files
+from dp_fl import results
 from dp_fl import writers
 from dp_fl.accounting import amplification
 from dp_fl.accounting import balls_in_bins
@@ -188,12 +187,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.mc_samples < 1024:
       raise ValueError(f"--mc_samples={args.mc_samples} is too small; use e.g. 1048576.")
     output = table(args.setting, args.mc_samples, args.seed)
-    if args.out_dir:
-      os.makedirs(args.out_dir, exist_ok=True)
-      files.atomic_write_json(os.path.join(args.out_dir, "table.json"), output, indent=1)
-      files.atomic_write_text(os.path.join(args.out_dir, "table.md"),
-                              markdown(output) + "\n![RMSE vs ε](table.png)\n")
-      writers.save_figure(figure(output), os.path.join(args.out_dir, "table.png"))
+    if args.out_dir:  # compute → JSON → draw: table.md and table.png from table.json.
+      results.write(args.out_dir, output, "table.json",
+                    markdown={"table.md": lambda data: markdown(data)
+                              + "\n![RMSE vs ε](table.png)\n"},
+                    figures={"table.png": figure})
     print(json.dumps(output, indent=1) if args.format == "json" else markdown(output))
     return exits.COMPLETED
 
