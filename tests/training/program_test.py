@@ -67,8 +67,9 @@ def test_a_run_directory_of_the_previous_version_resumes_bitwise(tmp_path):
   """testdata/legacy_toy_run was written before the settings left the config (issue #40's
   HEAD: `python -m tests.training.toy_program ROOT 2 blt --reproducible_noise_seed=3`; a flat
   config.json, a flat privacy record in its checkpoint). This version resumes it — the saved
-  config reads as equal to the new one — and ends bitwise where its own uninterrupted run
-  does (model, optimizer, noise state, scheduler)."""
+  config reads as equal to the new one — and ends bitwise where this version's own run of
+  the same two rounds, extended the same way, does (model, optimizer, noise state,
+  scheduler): C is optimized for the first call's n = 2 in both."""
   legacy, fresh = tmp_path / "legacy", tmp_path / "fresh"
   shutil.copytree(os.path.join(_TESTDATA, "legacy_toy_run"), legacy)
   with open(legacy / "config.json", encoding="utf-8") as f:
@@ -77,8 +78,10 @@ def test_a_run_directory_of_the_previous_version_resumes_bitwise(tmp_path):
   resumed = program.run(task, toy_program.toy_config(str(legacy), 3, "blt",
                                                      reproducible_noise_seed=3))
   assert resumed.resumed_from == 2 and resumed.rounds_completed == 3
+  program.run(task, toy_program.toy_config(str(fresh), 2, "blt", reproducible_noise_seed=3))
   whole = program.run(task, toy_program.toy_config(str(fresh), 3, "blt",
                                                    reproducible_noise_seed=3))
+  assert whole.resumed_from == 2
   a, b = _final_arrays(str(legacy)), _final_arrays(str(fresh))
   assert a.round == b.round == 3 and len(a.arrays) == len(b.arrays)
   for x, y in zip(a.arrays, b.arrays):
