@@ -7,8 +7,10 @@
 | `xla`        | this process: `process.next` compiled to MapReduceForm and run by TensorFlow |
 |              | on `--device` (GPU/TPU when TensorFlow sees one), XLA for `--jit_compile`    |
 |              | (`xla.py`); the state stays on the device between rounds                     |
+| `workers`    | as `xla`, with the clients' work on the remote TFF workers of `--workers`    |
+|              | (`remote_workers.py`); the DP aggregation and its noise in this process      |
 
-Both take the same Python state (a checkpoint written by one resumes in the other) and give
+All take the same Python state (a checkpoint written by one resumes in another) and give
 the loop the same interface:
 
     learner.next(datasets) -> (result, flat_metrics)   # the round, not yet applied

@@ -439,7 +439,8 @@ def register(family: Family) -> Family:
   """Makes `family.name` known to `build`, `from_dict` and `load_or_build` (README recipe).
 
   A mechanism module registers its family when it is imported; `dp_fl.training.registry`
-  imports every module whose mechanism trains.
+  imports every module whose mechanism trains, and `dp_fl.mechanisms.families` every one
+  (for the tools that do not import the training tier, e.g. `scripts/privacy`).
   """
   if not family.name or family.name in _FAMILIES:
     raise ValueError(f"A mechanism family needs a new, non-empty name; {family.name!r} is "

@@ -11,7 +11,8 @@ any number of rounds. `build` picks c minimizing MaxLoss (or RmsLoss) for (n, b,
 004 Eqs. 9–10, by a bounded scalar search.
 
 It is the worked example of the README's "Adding a mechanism" recipe: this module, one
-entry in `dp_fl/training/registry.py`, and `tests/training/two_band_mechanism_test.py`.
+entry in `dp_fl/training/registry.py`, its import in `dp_fl/mechanisms/families.py`, and
+`tests/training/two_band_mechanism_test.py`.
 """
 
 from __future__ import annotations
