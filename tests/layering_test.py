@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "dp_fl.writers": GROUND_FLOOR,
     "dp_fl.results": GROUND_FLOOR,
     "dp_fl.root_finding": GROUND_FLOOR,
+    "dp_fl.settings": GROUND_FLOOR,
     "dp_fl.mechanisms": 1,
     "dp_fl.accounting": 2,
     "dp_fl.participation": 3,

@@ -34,6 +34,7 @@ import math
 from typing import Any, Mapping, Optional, Sequence
 
 from dp_fl import _checks
+from dp_fl import settings as settings_lib
 from dp_fl.accounting import amplification
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base
@@ -54,11 +55,7 @@ MIN_SEP = "min_sep"  # matrix mechanism under at most k participations b apart (
 POISSON = "poisson"  # DP-FedAvg with Poisson user sampling (paper 001)
 
 
-def _setting(default: Any, help: str, *, privacy: bool = False) -> Any:  # pylint: disable=redefined-builtin
-  """A field of a settings dataclass, which is also the flag `--<field name>` (the metadata
-  keys of the training config's `setting`: help, privacy, aliases)."""
-  return dataclasses.field(default=default, metadata={"help": help, "privacy": privacy,
-                                                      "aliases": ()})
+_setting = settings_lib.setting
 
 
 def _round_hours() -> Any:
@@ -78,9 +75,7 @@ def _check_simulated_devices(settings: Any) -> None:
       _checks.check_positive(name, getattr(settings, name))
 
 
-@dataclasses.dataclass(frozen=True)
-class NoSettings:
-  """The settings of a scheme that reads no flag of its own."""
+NoSettings = settings_lib.NoSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +197,8 @@ class Scheme(abc.ABC):
   amplification: Any = None  # An analysis above, for a scheme that amplifies DP-FTRL.
   accounts: frozenset = frozenset({CORRELATED, COMPOSED, NOT_PRIVATE})
   banded_only: bool = False  # Correlated noise only with a banded C.
-  correlated_refusal: str = ""  # Why correlated noise is refused (`{mechanism}`: its name).
+  # Why correlated noise is refused (`{mechanism}`: its name); empty: a generic message.
+  correlated_refusal: str = ""
 
   @abc.abstractmethod
   def build(self, config: Any, settings: Any, num_clients: int,
@@ -246,7 +242,11 @@ class Scheme(abc.ABC):
     if kind in self.accounts:
       return
     if kind == CORRELATED:
-      raise ValueError(self.correlated_refusal.format(mechanism=mechanism.name))
+      raise ValueError(self.correlated_refusal.format(mechanism=mechanism.name)
+                       if self.correlated_refusal else
+                       f"--participation={self.name} has no analysis for correlated noise "
+                       f"(--mechanism={mechanism.name}); use a scheme that accounts "
+                       f"DP-FTRL: --participation={_either(accepting(CORRELATED))}.")
     if kind == POISSON_GAUSSIAN:
       raise ValueError(
           f"`mechanism`={mechanism.name!r} is DP-FedAvg with Poisson user sampling (paper "

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from dp_fl import _checks
 from dp_fl import files
+from dp_fl import settings as settings_lib
 from dp_fl.training import policies
 
 ON_NONFINITE = policies.ON_NONFINITE
@@ -66,25 +67,9 @@ _CHOICES = {"on_nonfinite": ON_NONFINITE, "server_optimizer": SERVER_OPTIMIZERS,
             "client_optimizer": CLIENT_OPTIMIZERS}
 
 
-def setting(default: Any, help: str, *, privacy: bool = False,  # pylint: disable=redefined-builtin
-            aliases: tuple[str, ...] = ()) -> Any:
-  """A field of a settings dataclass, which is also the flag `--<field name>`.
-
-  Args:
-    default: the flag's default.
-    help: the flag's help text.
-    privacy: whether the value is part of the run's privacy guarantee (saved with every
-      checkpoint; a resumed run may not change it).
-    aliases: earlier names of the flag and field, still read from command lines, config.json
-      and checkpoints.
-  """
-  return dataclasses.field(default=default, metadata={"help": help, "privacy": privacy,
-                                                      "aliases": tuple(aliases)})
-
-
-@dataclasses.dataclass(frozen=True)
-class NoSettings:
-  """The settings of a name that reads no flag of its own."""
+# A settings field / a name without settings (dp_fl/settings.py, shared with participation).
+setting = settings_lib.setting
+NoSettings = settings_lib.NoSettings
 
 
 @dataclasses.dataclass(frozen=True)

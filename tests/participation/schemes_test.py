@@ -125,5 +125,17 @@ def test_refusals_name_the_fix():
     schemes.scheme("uniform").check_mechanism(_mechanism("x", "made_up"))
 
 
+def test_a_scheme_without_its_own_refusal_text_still_names_the_fix():
+  class NoCorrelated(schemes.UniformScheme):
+    name = "no_correlated"
+    accounts = frozenset({schemes.COMPOSED, schemes.NOT_PRIVATE})
+
+  with pytest.raises(ValueError) as e:
+    NoCorrelated().check_mechanism(_mechanism("blt", schemes.CORRELATED))
+  assert str(e.value).startswith(
+      "--participation=no_correlated has no analysis for correlated noise (--mechanism=blt); "
+      "use a scheme that accounts DP-FTRL: --participation=device_timer")
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
