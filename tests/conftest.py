@@ -1,9 +1,15 @@
 """Test-wide setup: dp_fl.execution.runtime's exit hook settles TFF's executor objects in every
-test process (no "Exception ignored in ServiceManager.__del__" at exit, no worker left behind)."""
+test process (no "Exception ignored in ServiceManager.__del__" at exit, no worker left behind),
+and Bazel's test sharding. Every py_test depends on `//tests:conftest` so that this file is in
+its runfiles: without it each shard of a sharded target ran every test."""
 
-from dp_fl.execution import runtime  # pylint: disable=unused-import
+import os
 
-import os  # pylint: disable=g-import-not-at-top,wrong-import-order
+try:  # Under Bazel a test without TFF work has no dp_fl.execution in its runfiles.
+  from dp_fl.execution import runtime  # pylint: disable=unused-import
+except ModuleNotFoundError as error:
+  if not (error.name or "").startswith("dp_fl"):
+    raise
 
 
 def pytest_collection_modifyitems(config, items):
