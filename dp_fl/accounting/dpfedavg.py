@@ -24,11 +24,12 @@ Ordering and why: see dp_fl/accounting/README.md. In short, moments_accountant >
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable
 
 import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.pld import privacy_loss_distribution
 from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
 from scipy import special
@@ -167,16 +168,28 @@ def pld_discretization_interval_for(sampling_probability: float) -> float:
   return min(_PLD_DEFAULT_INTERVAL, q * _PLD_INTERVAL_PER_Q)
 
 
+@functools.lru_cache(maxsize=16)
+def _one_round_pld(sampling_probability: float, noise_multiplier: float,
+                   interval: float) -> privacy_loss_distribution.PrivacyLossDistribution:
+  """The PLD of one round (pessimistic, on the grid `interval`), built once per (q, z, grid):
+  a run's accounting asks for every round count T, and building it is most of the cost."""
+  return privacy_loss_distribution.from_gaussian_mechanism(
+      standard_deviation=noise_multiplier, value_discretization_interval=interval,
+      sampling_prob=sampling_probability)
+
+
 def pld_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
                 delta: float, value_discretization_interval: float) -> float:
-  """ε at δ by dp_accounting's PLD accountant on `dp_event(q, z, T)`."""
+  """ε at δ of `dp_event(q, z, T)` by PLD, as dp_accounting's `PLDAccountant` composes it
+  (the identity composed with the one-round PLD self-composed T times), the one-round PLD
+  reused across T."""
   interval = _checks.check_positive(
       "value_discretization_interval", value_discretization_interval)
   event = dp_event(sampling_probability, noise_multiplier, rounds)
-  accountant = pld_privacy_accountant.PLDAccountant(
-      value_discretization_interval=interval)
-  accountant.compose(event)
-  return float(accountant.get_epsilon(_checks.check_delta(delta)))
+  pld = privacy_loss_distribution.identity(value_discretization_interval=interval).compose(
+      _one_round_pld(event.event.sampling_probability, event.event.event.noise_multiplier,
+                     interval).self_compose(event.count))
+  return float(pld.get_epsilon_for_delta(_checks.check_delta(delta)))
 
 
 def event_rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float, float]:
@@ -188,10 +201,29 @@ def event_rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float
   return float(eps), float(order)
 
 
+@functools.lru_cache(maxsize=64)
+def _one_round_rdp(sampling_probability: float, noise_multiplier: float) -> np.ndarray:
+  """RDP of one round at dp_accounting's default orders, computed once per (q, z)."""
+  rdp = rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(  # pylint: disable=protected-access
+      q=sampling_probability, noise_multiplier=noise_multiplier,
+      orders=np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS))
+  rdp = np.asarray(rdp, dtype=np.float64)
+  rdp.flags.writeable = False
+  return rdp
+
+
 def rdp_epsilon(sampling_probability: float, noise_multiplier: float, rounds: int,
                 delta: float) -> tuple[float, float]:
-  """ε at δ and the optimal order by dp_accounting's RDP accountant (default orders)."""
-  return event_rdp_epsilon(dp_event(sampling_probability, noise_multiplier, rounds), delta)
+  """ε at δ and the optimal order by dp_accounting's RDP accountant (default orders): T times
+  the one-round RDP, as `RdpAccountant` composes `dp_event(q, z, T)`, the one-round RDP
+  reused across T."""
+  event = dp_event(sampling_probability, noise_multiplier, rounds)
+  orders = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+  rdp = np.zeros_like(orders, dtype=np.float64)
+  rdp += event.count * _one_round_rdp(event.event.sampling_probability,
+                                      event.event.event.noise_multiplier)
+  eps, order = rdp_privacy_accountant.compute_epsilon(orders, rdp, _checks.check_delta(delta))
+  return float(eps), float(order)
 
 
 @dataclasses.dataclass(frozen=True)

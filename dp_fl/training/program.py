@@ -188,14 +188,6 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   element_spec = task.train_data.create_tf_dataset_for_client(
       task.train_data.client_ids[0]).element_spec
   initial_model_fn = client_work.model_fn(task, element_spec)
-  training_model_fn = client_work.model_fn(task, element_spec, initialize=False,
-                                           jit_compile=config.runtime_settings.jit_compile)
-  if config.client_optimizer == "adam":
-    client_optimizer = tff.learning.optimizers.build_adam(
-        learning_rate=config.client_learning_rate)
-  else:
-    client_optimizer = tff.learning.optimizers.build_sgdm(
-        learning_rate=config.client_learning_rate)
 
   @tff.tensorflow.computation
   def initial_model_weights():
@@ -208,12 +200,10 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   else:
     weighting = tff.learning.ClientWeighting.UNIFORM
     weighted_aggregator = tff.aggregators.as_weighted_aggregator(aggregator)
-  # The client loop iterates the dataset in a tf.while_loop instead of `dataset.reduce`: for
-  # recurrent models TFF's default DATASET_REDUCE is several times slower in the C++ runtime
-  # (100 LSTM clients: 20 s vs 3 s per round, docs/BENCHMARKS.md).
-  work = tff.learning.templates.build_model_delta_client_work(
-      training_model_fn, client_optimizer, weighting,
-      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
+  work = client_work.delta_client_work(
+      task, element_spec, optimizer=config.client_optimizer,
+      learning_rate=config.client_learning_rate, weighting=weighting,
+      jit_compile=config.runtime_settings.jit_compile)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights,
       tff.learning.templates.build_broadcast_process(weights_type),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -71,6 +73,68 @@ def test_one_round_equals_tffs_fed_avg_builder(tmp_path, mechanism):
                           reference.get_model_weights(reference_state).trainable)
   assert output.metrics["client_work"]["train"]["loss"] == (
       reference_output.metrics["client_work"]["train"]["loss"])
+
+
+def _delta_work(task, learning_rate=0.1, weighting=tff.learning.ClientWeighting.UNIFORM):
+  spec = task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[0]).element_spec
+  return client_work.delta_client_work(task, spec, optimizer="sgd", learning_rate=learning_rate,
+                                       weighting=weighting)
+
+
+def test_runs_share_the_traced_client_work_only_when_it_is_the_same():
+  tf.random.set_seed(3)
+  work = _delta_work(toy_task.make_task())
+  assert _delta_work(toy_task.make_task(poison_client="client_001")) is work  # Data only.
+  assert _delta_work(toy_task.make_task(), learning_rate=0.2) is not work
+  assert _delta_work(toy_task.make_task(),
+                     weighting=tff.learning.ClientWeighting.NUM_EXAMPLES) is not work
+  tf.random.set_seed(4)  # Op seeds traced into the graph derive from the global seed.
+  assert _delta_work(toy_task.make_task()) is not work
+  tf.random.set_seed(3)
+  assert _delta_work(toy_task.make_task()) is work
+
+  # Another model function, even one building the same architecture: not shared.
+  def same_architecture():
+    return toy_task._keras_model()  # pylint: disable=protected-access
+  other = dataclasses.replace(toy_task.make_task(), keras_model_fn=same_architecture)
+  assert _delta_work(other) is not work
+  assert _delta_work(other) is _delta_work(other)
+
+  # A model function whose architecture changes between calls: not shared across them.
+  widths = iter([3, 5])
+
+  def growing():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                                tf.keras.layers.Dense(next(widths))])
+  grows = dataclasses.replace(toy_task.make_task(), keras_model_fn=growing)
+  with pytest.raises(StopIteration):  # One model per key, one for the trace: a third call.
+    assert _delta_work(grows) is not _delta_work(grows)
+
+
+class _NoConfigScale(tf.keras.layers.Layer):
+  """A custom layer with an object argument and no `get_config` (Keras cannot serialize the
+  model, as the Reddit model's tied softmax, which holds its embedding layer)."""
+
+  def __init__(self, transform, **kwargs):
+    super().__init__(**kwargs)
+    self.transform = transform
+
+  def build(self, input_shape):
+    self.scale = self.add_weight(name="scale", shape=(input_shape[-1],), initializer="ones")
+
+  def call(self, inputs):
+    return self.transform(inputs * self.scale)
+
+
+def test_a_model_keras_cannot_serialize_is_described_by_its_layers_and_variables():
+  def model(width):
+    inputs = tf.keras.Input((4,))
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(width)(_NoConfigScale(tf.nn.relu)(inputs)))
+  with pytest.raises(NotImplementedError):
+    model(3).to_json()
+  # pylint: disable=protected-access
+  assert client_work._architecture(model(3)) == client_work._architecture(model(3))
+  assert client_work._architecture(model(3)) != client_work._architecture(model(5))
 
 
 def test_clip_mechanism_is_the_clipped_mean_without_noise(tmp_path):

@@ -57,6 +57,17 @@ def _keras_model():
                               tf.keras.layers.Dense(3)])
 
 
+def _loss():
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _metrics():
+  return [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+
+# The model, loss and metrics functions are module-level (the same objects in every task):
+# the learning processes of a test module's runs then share one traced client work
+# (`dp_fl.training.client_work.delta_client_work`).
 def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = None,
               num_clients: int = NUM_CLIENTS) -> task_lib.Task:
   return task_lib.Task(
@@ -64,8 +75,8 @@ def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = Non
       train_data=ToyClientData(num_clients, poison_client=poison_client),
       eval_dataset_fn=_eval_dataset,
       keras_model_fn=_keras_model,
-      loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      metrics_fn=lambda: [tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+      loss_fn=_loss,
+      metrics_fn=_metrics,
       baseline_metrics={"accuracy": 1 / 3, "unigram_accuracy": 1 / 3},
       validation_dataset_fn=_validation_dataset,
       headline_metric="accuracy",
