@@ -330,8 +330,9 @@ def _optimization_cost(options: catalog.BuildOptions) -> resources.Estimate:
 
 
 catalog.register(catalog.Family(BISR, _DESCRIPTIONS[BISR], build_bisr, _from_dict(BISR),
-                                evaluation_cost=_evaluation_cost))
+                                evaluation_cost=_evaluation_cost, knobs="bands"))
 catalog.register(catalog.Family(BANDINVMF, _DESCRIPTIONS[BANDINVMF], build_bandinvmf,
                                 _from_dict(BANDINVMF), build_cost=_optimization_cost,
                                 evaluation_cost=_evaluation_cost,
-                                default_optimize_for="rms"))  # The paper's objective.
+                                default_optimize_for="rms",  # The paper's objective.
+                                knobs="bands"))

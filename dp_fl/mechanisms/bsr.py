@@ -108,4 +108,4 @@ def build_cost(options: catalog.BuildOptions) -> resources.Estimate:
 
 catalog.register(catalog.Family(
     NAME, BsrMechanism.description, build, BsrMechanism.from_dict, build_cost=build_cost,
-    evaluation_cost=catalog.family("bandmf").evaluation_cost))
+    evaluation_cost=catalog.family("bandmf").evaluation_cost, banded=True, knobs="bands"))

@@ -430,9 +430,18 @@ class Family:
   # The loss the family optimizes when the caller names none (`optimize_for=None`): the one
   # default every path (training's registry, scripts/mechanism, scripts/privacy) shares.
   default_optimize_for: str = "max"
+  # How `--mechanism=name` trains (dp_fl.training.registry makes a DP-FTRL entry of every
+  # family that trains and has no entry of its own): `trains` False keeps a family out of
+  # training (an analysis-only C); `banded`: C is banded, so cyclic Poisson's amplification
+  # applies; `knobs`: the build options it reads beyond (n, b, k) — "" none, "bands"
+  # (`--bands`) or "blt" (BLT's buffers).
+  trains: bool = True
+  banded: bool = False
+  knobs: str = ""
 
 
 _FAMILIES: dict[str, Family] = {}
+KNOBS = ("", "bands", "blt")  # `Family.knobs`: what a family's build reads beyond (n, b, k).
 
 
 def register(family: Family) -> Family:
@@ -445,6 +454,9 @@ def register(family: Family) -> Family:
   if not family.name or family.name in _FAMILIES:
     raise ValueError(f"A mechanism family needs a new, non-empty name; {family.name!r} is "
                      f"{'empty' if not family.name else 'already registered'}.")
+  if family.knobs not in KNOBS:
+    raise ValueError(f"The family {family.name!r} has knobs={family.knobs!r}; use one of "
+                     f"{KNOBS} (the build options it reads beyond (n, b, k)).")
   _FAMILIES[family.name] = family
   return family
 
@@ -665,19 +677,22 @@ register(Family("blt", BltMechanism.description, _build_blt,
                 # sensitivity: at most CHUNK_ELEMENTS elements of ~500 B (the larger peak).
                 evaluation_cost=lambda rounds: _linear_cost(96.0, 0.0, "a BLT")(rounds) +
                 resources.Estimate("its closed-form sensitivity (Thm 3.1)",
-                                   500.0 * blt_closed_form.CHUNK_ELEMENTS)))
+                                   500.0 * blt_closed_form.CHUNK_ELEMENTS),
+                knobs="blt"))
 register(Family("bandmf", BandedMechanism.description, _build_bandmf,
                 lambda data: BandedMechanism(banded.BandedMF.from_dict(data)),
                 build_cost=_bandmf_build_cost, default_optimize_for="rms",
-                evaluation_cost=_dense_evaluation_cost("BandMF", 32.0, 2e-10)))
+                evaluation_cost=_dense_evaluation_cost("BandMF", 32.0, 2e-10),
+                banded=True, knobs="bands"))
 register(Family("tree", "online TreeAgg (Kairouz et al. 2021)",
                 lambda options: (TreeMechanism(full=False), ()), _tree_from_dict(False),
                 evaluation_cost=_dense_evaluation_cost("TreeAgg", 24.0, 0.0)))
 register(Family("tree_full", "TreeAgg-Full (optimal pseudo-inverse decoding)",
                 lambda options: (TreeMechanism(full=True), ()), _tree_from_dict(True),
-                evaluation_cost=_dense_evaluation_cost("TreeAgg-Full", 32.0, 1e-10)))
+                evaluation_cost=_dense_evaluation_cost("TreeAgg-Full", 32.0, 1e-10),
+                trains=False))  # Its decoder is not a streaming recurrence.
 register(Family("dpsgd", DpSgdMechanism.description, lambda options: (DpSgdMechanism(), ()),
                 lambda data: DpSgdMechanism(),
-                evaluation_cost=_linear_cost(16.0, 0.0, "DP-SGD")))
+                evaluation_cost=_linear_cost(16.0, 0.0, "DP-SGD"), banded=True))
 
 MECHANISMS = names()  # The built-in names (`names()` also lists mechanisms added later).

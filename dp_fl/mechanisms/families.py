@@ -1,9 +1,16 @@
-"""Every mechanism family the catalog knows, registered: importing this module imports each
-module that registers one (`catalog.register`) beyond the built-in families, so
-`catalog.names()`, `catalog.build` and `catalog.load_or_build` know them all — for the
-command-line tools (`scripts/privacy`) as for training, without importing the training tier.
+"""Every mechanism family the catalog knows, registered: importing this module imports every
+module of `dp_fl.mechanisms`, and each one that registers a family (`catalog.register`, the
+README recipe) does so when imported — so `catalog.names()`, `catalog.build` and
+`catalog.load_or_build` know them all, for the command-line tools (`scripts/privacy`) as for
+training (`dp_fl.training.registry`), without importing the training tier. A new mechanism
+module is found here by itself; Bazel's `//dp_fl/mechanisms:added_mechanisms` globs it.
 """
 
-from dp_fl.mechanisms import banded_inverse  # pylint: disable=unused-import
-from dp_fl.mechanisms import bsr  # pylint: disable=unused-import
-from dp_fl.mechanisms import two_band  # pylint: disable=unused-import
+import importlib
+import pkgutil
+
+from dp_fl import mechanisms
+
+for _module in sorted(info.name for info in pkgutil.iter_modules(mechanisms.__path__)):
+  if _module != "families":
+    importlib.import_module(f"{mechanisms.__name__}.{_module}")

@@ -44,7 +44,7 @@ from dp_fl import _checks
 from dp_fl.mechanisms import banded_inverse
 from dp_fl.mechanisms import bsr
 from dp_fl.mechanisms import catalog
-from dp_fl.mechanisms import two_band
+from dp_fl.mechanisms import families  # pylint: disable=unused-import
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import schemes
 from dp_fl.training import amplified
@@ -561,19 +561,37 @@ def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> fl
   return schemes.scheme(config.participation).expected_cohort(config, num_clients)
 
 
-MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
+_DP_FTRL_ENTRIES = (
     DpFtrlEntry("blt", "BLT-DP-FTRL (paper 004, Alg. 1 and 3)", settings_type=BltSettings),
     DpFtrlEntry("bandmf", "BandMF DP-FTRL (paper 004, ref. [8])", banded=True,
                 settings_type=BandedSettings),
     DpFtrlEntry("tree", "online TreeAgg DP-FTRL (Kairouz et al. 2021)"),
     DpFtrlEntry("dpsgd", "DP-SGD with a fixed cohort (C = I)", banded=True),
-    DpFtrlEntry(two_band.NAME, two_band.TwoBandMechanism.description),
     DpFtrlEntry(bsr.NAME, "BSR DP-FTRL, the p-banded square root of A (Kalinin and Lampert "
                 "2024)", banded=True, settings_type=BandedSettings),
     DpFtrlEntry(banded_inverse.BISR, "BISR DP-FTRL, C⁻¹ the p-banded inverse square root of A "
                 "(Kalinin et al. 2025)", settings_type=BandedSettings),
     DpFtrlEntry(banded_inverse.BANDINVMF, "BandInvMF DP-FTRL, banded C⁻¹ optimized for RmsLoss "
                 "under (n, b, k) (Kalinin et al. 2025)", settings_type=BandedSettings),
+)
+# The settings type of each `catalog.Family.knobs`.
+SETTINGS_OF_KNOBS: dict[str, type] = {"": DpFtrlSettings, "bands": BandedSettings,
+                                      "blt": BltSettings}
+
+
+def _family_entries(listed: Sequence[str]) -> tuple[DpFtrlEntry, ...]:
+  """A DP-FTRL entry for every catalog family that trains and is not in `listed`: a mechanism
+  module that registers its family (`dp_fl.mechanisms.families` imports every one) trains
+  with `--mechanism=<its name>` — the README recipe's module + test, no line here."""
+  return tuple(
+      DpFtrlEntry(f.name, f.description, banded=f.banded,
+                  settings_type=SETTINGS_OF_KNOBS[f.knobs])
+      for f in map(catalog.family, catalog.names()) if f.trains and f.name not in listed)
+
+
+MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
+    *_DP_FTRL_ENTRIES,
+    *_family_entries([e.name for e in _DP_FTRL_ENTRIES]),
     DpFedAvgEntry(),
     CpSgdEntry(),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),

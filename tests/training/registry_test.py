@@ -60,6 +60,20 @@ def test_every_entry_declares_its_settings():
                               "worker_tls_client_key"]
 
 
+def test_every_family_that_trains_has_an_entry_agreeing_with_its_traits():
+  """A mechanism module's family trains without a registry line (two_band has none); the
+  entries that have one (their descriptions) agree with their family's traits."""
+  dp_ftrl = {n: e for n, e in registry.MECHANISMS.items()
+             if isinstance(e, registry.DpFtrlEntry)}
+  assert set(dp_ftrl) == {n for n in catalog.names() if catalog.family(n).trains}
+  assert "tree_full" in catalog.names() and "tree_full" not in registry.MECHANISMS
+  assert "two_band" not in [e.name for e in registry._DP_FTRL_ENTRIES]  # pylint: disable=protected-access
+  for name, entry in dp_ftrl.items():
+    family = catalog.family(name)
+    assert entry.banded == family.banded, name
+    assert entry.settings_type is registry.SETTINGS_OF_KNOBS[family.knobs], name
+
+
 def test_a_flag_is_refused_where_no_run_reads_it():
   assert registry.ignored_flags({"blt_buffers": 2}, [("blt", "uniform")]) == []
   assert registry.ignored_flags({"bands": 2}, [("blt", "uniform"), ("bsr", "uniform")]) == []
