@@ -237,12 +237,17 @@ class TrainingLoop:
       self.outputs.progress(self.meter.line(
           self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
       self.policies.clock.mark()
-    elif self.policies.clock.due():
-      epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
-      self.outputs.epsilon_so_far(self.rounds_done, epsilon)
-      self.outputs.progress(self.meter.line(
-          self.rounds_done, epsilon, accountant=self.accountant.progress_accountant))
-      self.policies.clock.mark()
+    else:
+      # The file's rows follow the rounds; the progress lines, the wall clock.
+      record, due = cadence.record_epsilon_after(self.rounds_done), self.policies.clock.due()
+      if record or due:
+        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+        if record:
+          self.outputs.epsilon_so_far(self.rounds_done, epsilon)
+        if due:
+          self.outputs.progress(self.meter.line(
+              self.rounds_done, epsilon, accountant=self.accountant.progress_accountant))
+          self.policies.clock.mark()
 
   def checkpoint_on_error(self) -> None:
     """On an error exit: a checkpoint of the last committed round, if it has none yet.

@@ -151,10 +151,13 @@ class NonfinitePolicy:
 class Cadence:
   """Evaluate every `eval_every` rounds and at the end; checkpoint every `checkpoint_every`
   rounds, at the end, and before every evaluation (a published evaluation is never
-  recomputed with the same noise after a crash)."""
+  recomputed with the same noise after a crash); record the ε so far (metrics/privacy.csv)
+  at `epsilon_points` evenly spaced rounds and at every evaluation — rounds, not the wall
+  clock, so two runs of one seed (and a resumed run) write the same file."""
   rounds: int
   eval_every: int
   checkpoint_every: int
+  epsilon_points: int = 20
 
   def evaluate_after(self, round_number: int) -> bool:
     return round_number % self.eval_every == 0 or round_number == self.rounds
@@ -162,6 +165,10 @@ class Cadence:
   def checkpoint_after(self, round_number: int) -> bool:
     return (round_number % self.checkpoint_every == 0 or round_number == self.rounds
             or self.evaluate_after(round_number))
+
+  def record_epsilon_after(self, round_number: int) -> bool:
+    step = max(1, -(-self.rounds // self.epsilon_points))
+    return round_number % step == 0 or self.evaluate_after(round_number)
 
 
 class WeightProjection:

@@ -462,9 +462,27 @@ def test_epsilon_so_far_comes_from_one_accountant_and_never_decreases():
   shown = [float(line.split("eps ")[1].split()[0]) for line in parts["outputs"].lines]
   assert shown == sorted(shown) and shown[-1] == pytest.approx(0.5 * 8)
   assert any("report ε 2.400 (pld)" in line for line in parts["outputs"].lines)
-  # The ε-vs-rounds figure plots exactly what the progress lines showed, round by round.
-  assert [eps for _, eps in parts["outputs"].epsilons] == shown
-  assert [r for r, _ in parts["outputs"].epsilons][-1] == 8
+  # The ε-vs-rounds figure plots the progress accountant's ε too: what a line showed for a
+  # round is what the file holds for it (here every round is recorded: 8 rounds < 20 points).
+  recorded = dict(parts["outputs"].epsilons)
+  lines = {int(line.split()[1]): float(line.split("eps ")[1].split()[0])
+           for line in parts["outputs"].lines}
+  assert sorted(recorded) == list(range(1, 9)) and list(recorded.values()) == sorted(
+      recorded.values())
+  assert all(recorded[r] == eps for r, eps in lines.items())
+
+
+def test_epsilon_so_far_rows_follow_the_rounds_not_the_clock():
+  """metrics/privacy.csv's rows: 20 evenly spaced rounds and every evaluation, whatever the
+  wall clock does, so two runs of one seed write the same file (issue #40)."""
+  recorded = []
+  for clock in (lambda: 0.0, iter(range(0, 10 ** 8, 100)).__next__):  # Never / always due.
+    training, parts = _loop(rounds=60, eval_every=25, checkpoint_every=100,
+                            clock=lambda c=clock: float(c()))
+    training.run()
+    recorded.append([r for r, _ in parts["outputs"].epsilons])
+  assert recorded[0] == recorded[1] == sorted({*range(3, 61, 3), 25, 50})
+  assert len(parts["outputs"].lines) > len(recorded[1])  # Progress lines on the clock.
 
 
 class _BrokenLearner(_FakeLearner):

@@ -119,6 +119,11 @@ def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_pa
   assert a.blobs["scheduler"] == b.blobs["scheduler"]  # Scheduler and ledger.
   rows = writers.read_csv(os.path.join(killed, "metrics", "train.csv"))
   assert [int(r["round"]) for r in rows] == list(range(1, rounds + 1))
+  # The privacy log's rows follow the rounds (not the wall clock): the same file.
+  with open(os.path.join(uninterrupted, "metrics", "privacy.csv"), encoding="utf-8") as f:
+    expected = f.read()
+  with open(os.path.join(killed, "metrics", "privacy.csv"), encoding="utf-8") as f:
+    assert f.read() == expected
 
 
 def test_adam_server_optimizer_state_is_checkpointed_and_resumes_exactly(tmp_path):
