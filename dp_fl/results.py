@@ -14,8 +14,8 @@ is written atomically (`dp_fl.files`, `dp_fl.writers.save_figure`).
 
 The one way a study writes JSON + Markdown + PNG: scripts/paper004_figures (one JSON + PNG
 per figure of `dp_fl.paper_figures`), scripts/plan (plan.json, epsilon_vs_rounds.png drawn from
-it), scripts/amplification_table, scripts/cpsgd_dme, tasks/digits/results.py and
-dp_fl.decentralized.comparison (its Markdown from the JSON; its Figure 2 from the runs'
+it), scripts/amplification_table, scripts/cpsgd_dme, tasks/digits/results.py,
+dp_fl.training.compare (comparison.json/.md/.png) and dp_fl.decentralized.comparison (its Markdown from the JSON; its Figure 2 from the runs'
 histories, which the comparison JSON does not hold). Ground floor: imports only `dp_fl.files`
 and `dp_fl.writers`.
 """

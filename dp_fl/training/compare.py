@@ -34,7 +34,7 @@ import os
 import statistics
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from dp_fl import files
+from dp_fl import results
 from dp_fl import writers
 from dp_fl.execution import runtime
 from dp_fl.training import calibration
@@ -337,13 +337,11 @@ def comparison_figure(output: Mapping[str, Any]) -> Any:
 
 
 def write_outputs(output: Mapping[str, Any], out_dir: str) -> dict[str, str]:
-  """comparison.json, comparison.md and comparison.png in `out_dir`; returns their paths."""
-  os.makedirs(out_dir, exist_ok=True)
-  paths = {"json": os.path.join(out_dir, "comparison.json"),
-           "markdown": os.path.join(out_dir, "comparison.md"),
-           "figure": os.path.join(out_dir, "comparison.png")}
-  files.atomic_write_json(paths["json"], output, indent=1, default=str)
-  files.atomic_write_text(paths["markdown"], markdown(output)
-                          + "\n![comparison](comparison.png)\n")
-  writers.save_figure(comparison_figure(output), paths["figure"])
-  return paths
+  """comparison.json, then comparison.md and comparison.png drawn from the JSON read back
+  (`dp_fl.results`: the table and figure never show more than the file beside them);
+  returns {file name: path}."""
+  return results.write(
+      out_dir, output, "comparison.json", default=str,
+      markdown={"comparison.md": lambda data: markdown(data)
+                + "\n![comparison](comparison.png)\n"},
+      figures={"comparison.png": comparison_figure})
