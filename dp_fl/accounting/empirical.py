@@ -216,6 +216,14 @@ def null_cosine_cdf(t: float, dimension: int) -> float:
 # The one-run audit: a lower bound on ε (Steinke, Nasr and Jagielski 2023, arXiv 2305.08846).
 
 
+def _check_audit_delta(delta: float) -> float:
+  """δ of the audited claim: 0 (pure DP) allowed, unlike a guarantee's δ."""
+  d = _checks.check_nonnegative("delta", delta)
+  if d >= 1.0:
+    raise ValueError(f"`delta` must be in [0, 1); got {delta!r}.")
+  return d
+
+
 def one_run_p_value(num_canaries: int, guesses: int, correct: int, epsilon: float,
                     delta: float) -> float:
   """The p-value of "the mechanism is (ε, δ)-DP" when `correct` of `guesses` guesses of the
@@ -233,9 +241,7 @@ def one_run_p_value(num_canaries: int, guesses: int, correct: int, epsilon: floa
   if not 0 <= v <= r <= m:
     raise ValueError(f"Need 0 <= correct <= guesses <= num_canaries; got {v}, {r}, {m}.")
   eps = _checks.check_finite("epsilon", epsilon)
-  d = float(delta)
-  if not 0.0 <= d < 1.0:
-    raise ValueError(f"`delta` must be in [0, 1); got {delta!r}.")
+  d = _check_audit_delta(delta)
   q = float(special.expit(eps))
   beta = float(stats.binom.sf(v - 1, r, q))
   if d == 0.0 or v == 0:
@@ -320,9 +326,7 @@ def one_run_lower_bound(in_scores: Sequence[float], out_scores: Sequence[float],
   counts = _guess_counts(m) if guess_counts is None else tuple(int(r) for r in guess_counts)
   if not counts or any(r < 2 or r > m or r % 2 for r in counts):
     raise ValueError(f"`guess_counts` must be even numbers in [2, {m}]; got {counts!r}.")
-  d = float(delta)
-  if not 0.0 <= d < 1.0:
-    raise ValueError(f"`delta` must be in [0, 1); got {delta!r}.")
+  d = _check_audit_delta(delta)
   significance = (1.0 - conf) / len(counts)
   scores = np.concatenate([ins, outs])
   coins = np.concatenate([np.ones(ins.size, bool), np.zeros(outs.size, bool)])
