@@ -11,6 +11,7 @@
 | 5    | stopped: the target ε was reached (`--target_epsilon`); the privacy budget is spent  |
 | 6    | stopped: non-finite updates (`--on_nonfinite`); lower the learning rates             |
 | 7    | stopped: no eligible client for many rounds in a row (availability, timer, cohort)   |
+| 8    | audit failed (`--audit_strict`): the canaries' lower bound exceeds the accounted ε    |
 | 75   | interrupted (SIGTERM/SIGINT) or paused: checkpointed; rerun the command to resume    |
 
 75 is sysexits' EX_TEMPFAIL, which job schedulers treat as "retry later". A user mistake or
@@ -34,6 +35,7 @@ BUSY = 4
 TARGET_EPSILON = 5
 NONFINITE = 6
 NO_CLIENTS = 7
+AUDIT_FAILED = 8
 INTERRUPTED = 75
 
 # Why a training run stopped (`policies.COMPLETED`, ...) -> exit code.

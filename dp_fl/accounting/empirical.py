@@ -16,7 +16,11 @@ The one-run audit (Steinke, Nasr and Jagielski 2023, arXiv 2305.08846) turns the
 into a *lower bound* on ε at a stated confidence: each canary's secret fair coin decided whether
 it took part, and guessing the coins from the scores better than the (ε, δ) claim allows refutes
 the claim (`one_run_lower_bound`). A lower bound above the accounted ε means a bug in the
-analysis or the implementation.
+analysis or the implementation. For a mechanism whose privacy curve is Gaussian (μ-GDP: the
+Gaussian matrix mechanism) the stronger claim "μ-GDP with the μ of (ε, δ)" can be tested
+instead (Mahloujifar, Melis and Chaudhuri 2024, arXiv 2410.22235: the f-DP one-run audit,
+`trade_off=GAUSSIAN`), which refutes far more: 128 perfectly separated canaries certify
+ε ≥ 6.2 against 3.2 for the (ε, δ) claim (δ = 1e-5, 95 %).
 
 The one-shot estimate is an estimate, not a bound: the accounted ε is the guarantee. `gaussian_pair_epsilon` is exact
 (no sampling): the hockey-stick divergence between two Gaussians, whose privacy loss is a
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import special
@@ -37,6 +41,7 @@ from scipy import stats
 
 from dp_fl import _checks
 from dp_fl import root_finding
+from dp_fl.accounting import zcdp
 
 # The closed-form null is used as N(0, 1/d) from this dimension on (see the module doc).
 MIN_GAUSSIAN_NULL_DIMENSION = 1000
@@ -256,21 +261,76 @@ def one_run_epsilon_for_counts(num_canaries: int, guesses: int, correct: int, de
   """The largest ε whose (ε, δ) claim these counts reject at `significance` (0 if none):
   p(ε) grows with ε, so this is the root of p(ε) = significance."""
   sig = _checks.check_open_unit("significance", significance)
+  return _largest_rejected_epsilon(
+      lambda eps: sig - one_run_p_value(num_canaries, guesses, correct, eps, delta), 0.0)
 
+
+def _largest_rejected_epsilon(margin: Callable[[float], float], smallest: float) -> float:
+  """The largest ε ≥ `smallest` with margin(ε) ≥ 0 — the claim rejected —, where the margin
+  decreases in ε (0 if the claim at `smallest` stands)."""
   def rejected(eps: float) -> bool:
-    return one_run_p_value(num_canaries, guesses, correct, eps, delta) <= sig
+    return margin(eps) >= 0.0
 
-  if not rejected(0.0):
+  if not rejected(smallest):
     return 0.0
-  lo, hi = root_finding.expand_up(rejected, 0.0, 1.0, limit=1e4)
-  root = root_finding.brent(
-      lambda eps: sig - one_run_p_value(num_canaries, guesses, correct, eps, delta), lo, hi,
-      xtol=1e-10, rtol=1e-10)
+  lo, hi = root_finding.expand_up(rejected, smallest, max(1.0, 2.0 * smallest), limit=1e4)
+  root = root_finding.brent(margin, lo, hi, xtol=1e-10, rtol=1e-10)
   # A lower bound: the end of the root's tolerance interval whose claim is still rejected.
   step = 1e-9 * max(1.0, root)
-  while root > 0.0 and not rejected(root):
-    root = max(0.0, root - step)
+  while root > smallest and not rejected(root):
+    root = max(smallest, root - step)
   return root
+
+
+def one_run_gaussian_margin(num_canaries: int, guesses: int, correct: int, mu: float,
+                            significance: float) -> float:
+  """> 0 when `correct` of `guesses` guesses reject "the mechanism is μ-GDP" at
+  `significance` (Mahloujifar, Melis and Chaudhuri 2024, arXiv 2410.22235, the recursion
+  bounding the probability of v or more correct guesses under an f-DP trade-off curve, here
+  f(x) = Φ(Φ⁻¹(1 − x) − μ), with its cap at 1).
+
+  Starting from r = α v / m and h = α (n − v) / m, for i = v − 1, …, 0: h ← max(h, f⁻¹-blow-up
+  of r) = max(h, Φ(Φ⁻¹(r) − μ)), r ← min(r + i/(n − i)·Δh, 1): under the claim, n / m can
+  only be reached with probability below the significance if r + h stays below it, so the
+  claim is rejected when the final r + h exceeds n / m (the margin r + h − n / m > 0).
+  """
+  m, n, v = int(num_canaries), int(guesses), int(correct)
+  if not 0 <= v <= n <= m:
+    raise ValueError(f"Need 0 <= correct <= guesses <= num_canaries; got {v}, {n}, {m}.")
+  r = significance * v / m
+  h = significance * (n - v) / m
+  for i in range(v - 1, -1, -1):
+    h_new = max(h, float(special.ndtr(special.ndtri(r) - mu)))
+    if h_new == h:
+      break  # Neither h nor r changes any more.
+    r = min(r + i / (n - i) * (h_new - h), 1.0)
+    h = h_new
+  return r + h - n / m
+
+
+def one_run_gaussian_epsilon_for_counts(num_canaries: int, guesses: int, correct: int,
+                                        delta: float, significance: float) -> float:
+  """The largest ε whose Gaussian claim — μ-GDP with the μ that is exactly (ε, δ)-DP — these
+  counts reject at `significance` (0 if none).
+
+  Tighter than `one_run_epsilon_for_counts`, and valid as a lower bound on a mechanism's
+  (ε, δ) only when its privacy curve is a Gaussian one (DP-FTRL and DP-SGD with Gaussian noise
+  and fixed participation are exactly μ-GDP); for other mechanisms it bounds their
+  Gaussian-equivalent ε. Needs δ > 0 (no Gaussian mechanism is (ε, 0)-DP).
+  """
+  sig = _checks.check_open_unit("significance", significance)
+  d = _check_audit_delta(delta)
+  if d == 0.0:
+    raise ValueError("The Gaussian one-run bound needs δ > 0: no Gaussian mechanism is "
+                     "(ε, 0)-DP; use `one_run_epsilon_for_counts` for δ = 0.")
+  def margin(eps: float) -> float:
+    mu = 1.0 / zcdp.noise_multiplier_for_epsilon(1.0, eps, d)
+    return one_run_gaussian_margin(num_canaries, guesses, correct, mu, sig)
+
+  return _largest_rejected_epsilon(margin, _SMALLEST_GAUSSIAN_EPSILON)
+
+
+_SMALLEST_GAUSSIAN_EPSILON = 1e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +345,7 @@ class OneRunBound:
     num_canaries: m.
     guesses, correct: the guess count r that gave the bound and its correct guesses v.
     guess_counts_tried: the r searched (the significance is split among them: Bonferroni).
+    trade_off: the claim tested (`TRADE_OFFS`).
   """
   epsilon: float
   confidence: float
@@ -293,6 +354,7 @@ class OneRunBound:
   guesses: int
   correct: int
   guess_counts_tried: tuple[int, ...]
+  trade_off: str = "epsilon_delta"
 
 
 def _guess_counts(m: int) -> tuple[int, ...]:
@@ -305,14 +367,23 @@ def _guess_counts(m: int) -> tuple[int, ...]:
   return tuple(sorted(set(c for c in counts if c >= 2)))
 
 
+EPSILON_DELTA = "epsilon_delta"
+GAUSSIAN = "gaussian"
+TRADE_OFFS = (EPSILON_DELTA, GAUSSIAN)
+"""The claim a one-run audit tests: (ε, δ)-DP (Steinke et al.), or the Gaussian trade-off
+curve with the same (ε, δ) (the f-DP refinement of Mahloujifar et al., tighter)."""
+
+
 def one_run_lower_bound(in_scores: Sequence[float], out_scores: Sequence[float],
                         delta: float, confidence: float = 0.95,
-                        guess_counts: Sequence[int] | None = None) -> OneRunBound:
+                        guess_counts: Sequence[int] | None = None,
+                        trade_off: str = EPSILON_DELTA) -> OneRunBound:
   """ε lower bound from the scores of the canaries whose coin put them in (`in_scores`) and
   out (`out_scores`) of the run: for each guess count r, guess "in" for the r/2 highest
   scores and "out" for the r/2 lowest, count the correct guesses, and bound ε
-  (`one_run_epsilon_for_counts`); the best r is taken with the significance split over the
-  counts tried (a union bound), so the confidence holds for the maximum.
+  (`one_run_epsilon_for_counts`, or with `trade_off=GAUSSIAN`
+  `one_run_gaussian_epsilon_for_counts`); the best r is taken with the significance split
+  over the counts tried (a union bound), so the confidence holds for the maximum.
 
   Valid when every canary's coin was a fair secret coin drawn independently of everything
   but its own inclusion (the audit's design); the scores may depend on everything released.
@@ -323,6 +394,8 @@ def one_run_lower_bound(in_scores: Sequence[float], out_scores: Sequence[float],
   if m < 2:
     raise ValueError(f"A one-run audit needs at least 2 canaries; got {m}.")
   conf = _checks.check_open_unit("confidence", confidence)
+  if trade_off not in TRADE_OFFS:
+    raise ValueError(f"`trade_off` must be one of {TRADE_OFFS}; got {trade_off!r}.")
   counts = _guess_counts(m) if guess_counts is None else tuple(int(r) for r in guess_counts)
   if not counts or any(r < 2 or r > m or r % 2 for r in counts):
     raise ValueError(f"`guess_counts` must be even numbers in [2, {m}]; got {counts!r}.")
@@ -330,16 +403,34 @@ def one_run_lower_bound(in_scores: Sequence[float], out_scores: Sequence[float],
   significance = (1.0 - conf) / len(counts)
   scores = np.concatenate([ins, outs])
   coins = np.concatenate([np.ones(ins.size, bool), np.zeros(outs.size, bool)])
-  order = np.argsort(scores, kind="stable")  # Ascending; ties broken by position only.
+  # Ascending; a tie is broken against the auditor ("in" canaries first, so the lowest
+  # guesses "out" and the highest "in" miss them): it can only lower the correct counts.
+  order = np.argsort(scores, kind="stable")
+  bound_for_counts = (one_run_gaussian_epsilon_for_counts if trade_off == GAUSSIAN
+                      else one_run_epsilon_for_counts)
   best = (0.0, counts[0], 0)
   for r in counts:
     half = r // 2
     correct = int(np.sum(coins[order[m - half:]]) + np.sum(~coins[order[:half]]))
-    eps = one_run_epsilon_for_counts(m, r, correct, d, significance)
+    eps = bound_for_counts(m, r, correct, d, significance)
     if eps > best[0]:
       best = (eps, r, correct)
   return OneRunBound(epsilon=best[0], confidence=conf, delta=d, num_canaries=m,
-                     guesses=best[1], correct=best[2], guess_counts_tried=counts)
+                     guesses=best[1], correct=best[2], guess_counts_tried=counts,
+                     trade_off=trade_off)
+
+
+def one_run_ceiling(num_in: int, num_out: int, delta: float,
+                    confidence: float = 0.95, trade_off: str = EPSILON_DELTA) -> float:
+  """The largest bound `one_run_lower_bound` can return for `num_in` canaries whose coin put
+  them in and `num_out` out: the bound of scores that tell every one apart (each guess count
+  r guesses the r/2 highest "in" and the r/2 lowest "out", so with unequal halves even
+  perfect scores miss some at r = m). What a run whose canaries are perfectly separated
+  certifies (≤ `one_run_maximum`)."""
+  n_in = _checks.check_nonnegative_int("num_in", num_in)
+  n_out = _checks.check_nonnegative_int("num_out", num_out)
+  return one_run_lower_bound(np.full(n_in, 1.0), np.full(n_out, 0.0), delta,
+                             confidence, trade_off=trade_off).epsilon
 
 
 def one_run_maximum(num_canaries: int, confidence: float = 0.95) -> float:

@@ -181,6 +181,13 @@ class PrivacyReport:
     return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
 
 
+def gaussian_claim(report: Any) -> bool:
+  """Whether `report`'s ε is the (ε, δ) of a μ-GDP claim: the Gaussian matrix mechanism's
+  report (DP-FTRL, DP-SGD: the privacy loss of a Gaussian shift of norm ≤ sens, μ = sens/σ).
+  Sampled, amplified and Binomial reports are not Gaussian curves."""
+  return isinstance(report, PrivacyReport)
+
+
 def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: Participation,
                             delta: float, *, clip_norm: Optional[float] = None,
                             clients_per_round: Optional[int] = None,

@@ -23,9 +23,12 @@ the loop the same interface:
 from __future__ import annotations
 
 import abc
+import collections.abc
 import dataclasses
 import os
 from typing import Any, Callable, Optional
+
+import numpy as np
 
 from dp_fl import writers
 from dp_fl.execution import runtime as runtime_lib
@@ -56,9 +59,18 @@ class _Learner(abc.ABC):
     self.client_epochs = client_epochs
 
   def _repeat(self, datasets: list[Any]) -> list[Any]:
-    if self.client_epochs > 1:
-      return [ds.repeat(self.client_epochs) for ds in datasets]
-    return datasets
+    """Each client's dataset repeated for its epochs; in a structured client input (e.g. the
+    audit's ``<data, canary>``), its datasets are."""
+    if self.client_epochs <= 1:
+      return datasets
+
+    def repeat(value):
+      if isinstance(value, collections.abc.Mapping):
+        return type(value)((k, repeat(v)) for k, v in value.items())
+      return value.repeat(self.client_epochs) if hasattr(value, "repeat") and not isinstance(
+          value, np.ndarray) else value
+
+    return [repeat(ds) for ds in datasets]
 
   @abc.abstractmethod
   def next(self, datasets: list[Any]) -> tuple[Any, dict[str, Any]]:

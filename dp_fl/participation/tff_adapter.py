@@ -117,10 +117,19 @@ class TffParticipation:
     names = tuple(self._ids[i] for i in selection.client_ids)
     datasets = [self._client_data.create_tf_dataset_for_client(c) for c in names]
     if self._pad and selection.num_padding:
-      template = datasets[0] if datasets else (
-          self._client_data.create_tf_dataset_for_client(self._ids[0]))
-      datasets.extend(template.take(0) for _ in range(selection.num_padding))
+      datasets.extend(self._padding(datasets) for _ in range(selection.num_padding))
     return TffRound(selection=selection, client_ids=names, datasets=tuple(datasets))
+
+  def _padding(self, datasets: list[Any]) -> Any:
+    """An empty client's input: the client data's `create_padding_input()` where it has one
+    (inputs that are more than a dataset, e.g. the audit's canary clients), else an empty
+    dataset of the clients' element spec."""
+    create = getattr(self._client_data, "create_padding_input", None)
+    if callable(create):
+      return create()
+    template = datasets[0] if datasets else (
+        self._client_data.create_tf_dataset_for_client(self._ids[0]))
+    return template.take(0)
 
   def state(self) -> bytes:
     """Scheduler state for the training checkpoint."""

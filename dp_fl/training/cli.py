@@ -62,6 +62,9 @@ _HELP = {
     "delta": "δ of the privacy report",
     "target_epsilon": "stop before ε would exceed this",
     "on_nonfinite": "a round with a non-finite loss: stop or discard",
+    "audit_canaries": "K canary clients for the empirical privacy audit (0: none); the "
+                      "privacy report gains an audited ε next to the accounted one",
+    "audit_strict": "exit non-zero when the audit's lower bound exceeds the accounted ε",
     "runtime": "how rounds execute: " + "; ".join(
         f"{name} ({r.description})" for name, r in learners.RUNTIMES.items()),
 }
@@ -274,7 +277,7 @@ def _train(args: argparse.Namespace,
   task = make_task(settings)
   print(task.description, flush=True)
   if target_epsilon is not None and registry.mechanism(config.mechanism).private:
-    num_clients = len(task.train_data.client_ids)
+    num_clients = program.population(task, config)
     config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(
         config, target_epsilon, num_clients, task))
     for line in program.calibration_lines(config, target_epsilon, num_clients, task):
@@ -289,6 +292,8 @@ def _train(args: argparse.Namespace,
     print(json.dumps(program.summary_dict(task, config, result), indent=1, default=str))
   else:
     print("\n".join(program.summary_lines(task, result)))
+  if result.audit_failed and config.audit_strict:
+    return exits.AUDIT_FAILED
   return exits.STOP_CODES[result.stopped]
 
 

@@ -61,6 +61,7 @@ class RunRecord:
   stopped: str
   seconds: float
   root_dir: str
+  audit: Optional[dict[str, Any]] = None  # `program.audit_summary` (--audit_canaries).
 
 
 def _grid_key(rate: float) -> str:
@@ -167,7 +168,7 @@ def _calibrate(task: task_lib.Task, base: config_lib.TrainingConfig, first_dir: 
   σ there."""
   return max(program.calibrate_noise_multiplier(
       base.replace(root_dir=first_dir, seed=seed), target_epsilon,
-      len(task.train_data.client_ids), task) for seed in dict.fromkeys(seeds_run))
+      program.population(task, base), task) for seed in dict.fromkeys(seeds_run))
 
 
 def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],
@@ -237,7 +238,8 @@ def _run(task: task_lib.Task, base: config_lib.TrainingConfig, mechanism: str, p
       accuracy=float(result.eval_metrics.get("accuracy",
                                              result.eval_metrics.get(metric, float("nan")))),
       epsilon=result.epsilon, rounds=result.rounds_completed, stopped=result.stopped,
-      seconds=result.seconds, root_dir=root_dir)
+      seconds=result.seconds, root_dir=root_dir,
+      audit=None if result.audit is None else program.audit_summary(result.audit))
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -265,7 +267,24 @@ def _row(mechanism: str, base: config_lib.TrainingConfig, chosen: float,
       "epsilons": epsilons, "delta": base.delta,
       "rounds": [r.rounds for r in runs], "stopped": [r.stopped for r in runs],
       "seconds": sum(r.seconds for r in runs),
+      **_audit_columns(runs),
   }
+
+
+def _audit_columns(runs: Sequence[RunRecord]) -> dict[str, Any]:
+  """The row's empirical audit (--audit_canaries): every seed's, the largest one-run lower
+  bound and one-shot estimate over the seeds, and whether any seed's bound exceeded its ε.
+  Each seed's bound holds at 95 %; with S seeds, that one of them exceeds the truth by chance
+  has probability up to S × 5 % (the table says so)."""
+  audits = [r.audit for r in runs if r.audit is not None]
+  if not audits:
+    return {}
+  one_shot = [a["one_shot_epsilon_final_model"] for a in audits
+              if a["one_shot_epsilon_final_model"] is not None]
+  return {"audits": audits,
+          "audit_lower_bound": max(a["one_run_lower_bound"] for a in audits),
+          "audit_one_shot_final_model": max(one_shot) if one_shot else None,
+          "audit_failed": any(a["lower_bound_exceeds_accounted"] for a in audits)}
 
 
 def _mean_pm_std(mean: float, std: float, seeds: int) -> str:
@@ -273,10 +292,19 @@ def _mean_pm_std(mean: float, std: float, seeds: int) -> str:
   return f"{mean:.4f}" if seeds == 1 else f"{mean:.4f} ± {std:.4f}"
 
 
+def _audit_cell(row: Mapping[str, Any]) -> str:
+  if "audit_lower_bound" not in row:
+    return "—"
+  one_shot = row["audit_one_shot_final_model"]
+  return (f"{row['audit_lower_bound']:.3g} / " + ("—" if one_shot is None else f"{one_shot:.3g}")
+          + (" **AUDIT FAILED: bound > ε**" if row["audit_failed"] else ""))
+
+
 def markdown(output: Mapping[str, Any]) -> str:
   """The comparison as a Markdown table (mean ± std over the seeds)."""
   metric = output["headline_metric"]
   baseline = output["baseline"]
+  audited = any("audit_lower_bound" in r for r in output["rows"])
   base = baseline.get(f"unigram_{metric}")
   lines = [f"# {output['task']}: mechanisms at ε = {output['target_epsilon']:g}", "",
            output["description"], "",
@@ -287,8 +315,11 @@ def markdown(output: Mapping[str, Any]) -> str:
            "rate on the evaluation data (mean ± std; one seed: no std). ε: the largest "
            "realized over the seeds (an upper bound, from the participation actually "
            "realized).", "",
-           f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           f"| mechanism | σ | server lr | {metric} | accuracy | ε realized | rounds |"
+           + (" audited ε, largest over the seeds: one-run lower bound (95 % each) / "
+              "one-shot, final model |"
+              if audited else ""),
+           "| --- " * (8 if audited else 7) + "|"]
   for r in output["rows"]:
     sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4g}"
     eps = "∞ (not private)" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
@@ -299,7 +330,7 @@ def markdown(output: Mapping[str, Any]) -> str:
     lines.append(f"| {r['mechanism']} | {sigma} | {r['server_learning_rate']:.3g} | "
                  f"{_mean_pm_std(r['metric_mean'], r['metric_std'], output['seeds'])} | "
                  f"{_mean_pm_std(r['accuracy_mean'], r['accuracy_std'], output['seeds'])} | "
-                 f"{eps} | {rounds} |")
+                 f"{eps} | {rounds} |" + (f" {_audit_cell(r)} |" if audited else ""))
   lines += ["", "Unigram baselines (accuracies: always the most frequent word; loss: the "
             "best context-free distribution): " + ", ".join(
       f"{k.removeprefix('unigram_')} {v:.4f}" for k, v in baseline.items())]

@@ -53,7 +53,8 @@ STATE_FIELDS = ("server_optimizer",)
 # settings' fields marked `privacy` they form `privacy_record()`, saved in config.json and
 # in every checkpoint, and checked against both on resume.
 PRIVACY_FIELDS = ("task", "mechanism", "noise_multiplier", "clip_norm", "clients_per_round",
-                  "seed", "participation", "min_sep", "delta", "reproducible_noise_seed")
+                  "seed", "participation", "min_sep", "delta", "reproducible_noise_seed",
+                  "audit_canaries")
 
 # Magnitudes a float32 training job and its accountants can represent (issue #18: σ = 1e-300
 # crashed the accountant after a round, σ = 1e300 made every update non-finite).
@@ -123,6 +124,10 @@ class TrainingConfig:
     on_nonfinite: one of ON_NONFINITE.
     runtime: how rounds execute, a `--runtime` of dp_fl/training/runtimes.py; checkpoints
       resume in any.
+    audit_canaries: K canary clients for the empirical privacy audit
+      (dp_fl/training/canaries.py; 0: none). They join the population, so K is
+      privacy-relevant (a resumed run keeps its canaries).
+    audit_strict: exit non-zero when the audit's lower bound exceeds the accounted ε.
   """
   task: str
   root_dir: str
@@ -154,6 +159,8 @@ class TrainingConfig:
   target_epsilon: Optional[float] = None
   on_nonfinite: str = "stop"
   runtime: str = "tff_worker"
+  audit_canaries: int = 0
+  audit_strict: bool = False
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:
@@ -171,6 +178,7 @@ class TrainingConfig:
     for name in _POSITIVE:
       _checks.check_positive(name, getattr(self, name))
     _check_noise_and_clip(self.noise_multiplier, self.clip_norm)
+    self._check_audit()
     self._check_server_schedule()
     _checks.check_open_unit("delta", self.delta)
     if self.target_epsilon is not None:
@@ -190,6 +198,18 @@ class TrainingConfig:
     if self.cooldown_rounds > self.rounds:
       raise ValueError(f"`cooldown_rounds`={self.cooldown_rounds} exceeds `rounds`="
                        f"{self.rounds}; use at most the number of rounds.")
+
+  def _check_audit(self) -> None:
+    """The empirical audit's canaries (dp_fl/training/canaries.py)."""
+    _checks.check_nonnegative_int("audit_canaries", self.audit_canaries)
+    if self.audit_canaries == 1:
+      raise ValueError("`audit_canaries` = 1: the audit compares inserted with held-out "
+                       "canaries and needs at least 2 (typically 100 or more); or 0 for none.")
+    if not isinstance(self.audit_strict, bool):
+      raise ValueError(f"`audit_strict` must be a bool; got {self.audit_strict!r}.")
+    if self.audit_strict and not self.audit_canaries:
+      raise ValueError("`audit_strict` is set but `audit_canaries` is 0: there is no audit "
+                       "to be strict about; add --audit_canaries=K (e.g. 200).")
 
   # -- the settings --------------------------------------------------------------------
 

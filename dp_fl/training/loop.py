@@ -72,7 +72,8 @@ class TrainingLoop:
                evaluate: Callable[[], dict[str, float]], outputs: Any, meter: Any,
                policies: Policies,
                learning_rate_at: Callable[[int], float] = lambda r: float("nan"),
-               before_release: Optional[Callable[[int, int], None]] = None):
+               before_release: Optional[Callable[[int, int], None]] = None,
+               after_apply: Optional[Callable[[int, Any], None]] = None):
     """Args:
       rounds: the run's total rounds.
       rounds_done: rounds already applied (a resumed run's checkpoint round).
@@ -84,6 +85,9 @@ class TrainingLoop:
       before_release: called with (round, the scheduler's client indices) before a round is
         computed — for mechanisms whose every computed round is a release
         (`privacy.record_release`).
+      after_apply: called with (round, the scheduler's client indices) once a round is
+        applied and its model released, before its checkpoint — e.g. the audit's canary
+        scores (`canaries.CanaryScores.observe`), which the checkpoint then holds.
     """
     self.rounds = rounds
     self.rounds_done = rounds_done
@@ -97,6 +101,7 @@ class TrainingLoop:
     self.policies = policies
     self.learning_rate_at = learning_rate_at
     self.before_release = before_release
+    self.after_apply = after_apply
     self.eval_metrics: dict[str, float] = {}
     self.evaluated_round: Optional[int] = None
     self.last_checkpoint = rounds_done
@@ -202,6 +207,8 @@ class TrainingLoop:
       self.learner.set_model_weights(
           self.policies.projection.apply(self.learner.model_weights()))
     self.rounds_done += 1
+    if self.after_apply is not None:
+      self.after_apply(self.rounds_done, pending.selection.client_ids)
     if not pending.client_ids:
       # Run as the scheme requires (base.Scheduler.skips_empty_rounds): the update is the
       # mechanism's noise alone. Its client metrics are no measurement (TFF sums nothing).

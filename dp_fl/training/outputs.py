@@ -27,6 +27,7 @@ release, but it cannot be told to drop the rows of rounds that will not be re-ru
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -35,6 +36,7 @@ from typing import Any, Mapping, Optional, TextIO
 
 from dp_fl import files
 from dp_fl import writers
+from dp_fl.training import canaries
 
 
 class RunOutputs:
@@ -68,6 +70,23 @@ class RunOutputs:
     for name, text in (("privacy_report.json", report.to_json()),
                        ("privacy_report.md", report.to_markdown())):
       files.atomic_write_text(os.path.join(self.root_dir, name), text)
+
+  def empirical(self, section: Mapping[str, Any]) -> None:
+    """Adds the audit's "empirical" section to privacy_report.json and .md (written as a
+    report of its own when the run has none: a non-private run)."""
+    paths = [os.path.join(self.root_dir, n) for n in ("privacy_report.json",
+                                                       "privacy_report.md")]
+    report = {}
+    if os.path.exists(paths[0]):
+      with open(paths[0], encoding="utf-8") as f:
+        report = json.load(f)
+    report["empirical"] = dict(section)
+    files.atomic_write_json(paths[0], report, indent=2)
+    text = ""
+    if os.path.exists(paths[1]):
+      with open(paths[1], encoding="utf-8") as f:
+        text = f.read().split(canaries.MARKDOWN_HEADING)[0].rstrip("\n") + "\n"
+    files.atomic_write_text(paths[1], text + canaries.markdown(section))
 
   def epsilon_so_far(self, round_number: int, epsilon: Optional[float]) -> None:
     """Records the ε a progress line shows (metrics/privacy.csv, for the ε-vs-rounds figure)."""

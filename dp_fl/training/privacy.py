@@ -78,6 +78,16 @@ def release_scope(config: Any, sampled: bool = False) -> Scope:
        "(from the last checkpoint, with the same noise row) reproduces its result bitwise "
        "(tested on CPU) — nothing noised from rounds after the last checkpoint was published."),
   )
+  if getattr(config, "audit_canaries", 0):
+    scope += (("audit canaries", f"{config.audit_canaries} canary clients (--audit_canaries) "
+               "joined the population and were scheduled by the same rules as every client; "
+               "each sends the clip norm times its secret random direction when its secret "
+               "coin inserted it, and nothing otherwise (dp_fl/training/canaries.py). They are "
+               "clients of the ledger under their own indices, so the accounted ε covers the "
+               "population with them. The empirical section below is computed from the "
+               "released models alone and publishes the canaries' coins and scores (not "
+               "their secret, which is in the checkpoints and in the inserted canaries' "
+               "client inputs)."),)
   caveats = ()
   if config.noise_seed_is_public:
     caveats = (f"the noise and the client sampling derive from reproducible_noise_seed="

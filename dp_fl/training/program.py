@@ -46,11 +46,13 @@ import numpy as np
 from dp_fl import files
 from dp_fl import resources
 from dp_fl import writers
+from dp_fl.accounting import report as report_lib
 from dp_fl.execution import learners as learners_lib
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
 from dp_fl.training import budget
+from dp_fl.training import canaries as canaries_lib
 from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
 from dp_fl.training import figures
@@ -78,6 +80,12 @@ class RunResult:
   seconds: float
   message: str = ""
   empty_rounds: int = 0  # Skipped in this call: no client could take part (loop.py).
+  audit: Optional[dict[str, Any]] = None  # The "empirical" section (--audit_canaries).
+
+  @property
+  def audit_failed(self) -> bool:
+    """The canaries' one-run lower bound exceeds the accounted ε (`canaries.audit`)."""
+    return bool(self.audit and self.audit["lower_bound_exceeds_accounted"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,6 +115,11 @@ def secret_seeds(config: config_lib.TrainingConfig) -> tuple[int, Optional[int]]
   if config.reproducible_noise_seed is not None:
     return config.reproducible_noise_seed, config.reproducible_noise_seed
   return participation_base.secret_seed(), None
+
+
+def population(task: task_lib.Task, config: config_lib.TrainingConfig) -> int:
+  """The clients the scheduler draws from: the task's, and the audit's canaries."""
+  return len(task.train_data.client_ids) + config.audit_canaries
 
 
 def build_scheduler(config: config_lib.TrainingConfig, num_clients: int,
@@ -181,7 +194,8 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
   global model is built with the real initializers. DP-FedAvg weights clients by their number
   of examples (its aggregator turns them into w_k = min(n_k / ŵ, 1)); DP-FTRL and
   no-privacy runs are unweighted (each client counts once, the fixed denominator of
-  paper 004 Eq. 1).
+  paper 004 Eq. 1). With `--audit_canaries` the client work is `canaries.with_canaries`'s:
+  each client's data is ``<data, canary>``.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from dp_fl.training import client_work  # pylint: disable=g-import-not-at-top
@@ -204,6 +218,11 @@ def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfi
       task, element_spec, optimizer=config.client_optimizer,
       learning_rate=config.client_learning_rate, weighting=weighting,
       jit_compile=config.runtime_settings.jit_compile)
+  if config.audit_canaries:
+    work = canaries_lib.with_canaries(
+        work, config.clip_norm,
+        canaries_lib.FULL_WEIGHT if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
+        else 1.0)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights,
       tff.learning.templates.build_broadcast_process(weights_type),
@@ -281,7 +300,7 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
     _refuse_lost_checkpoints(config, manager)
     if saved is None:
       _refuse_stray_mechanism(config)
-  num_clients = len(task.train_data.client_ids)
+  num_clients = population(task, config)
   if (num_clients < config.clients_per_round
       and not registry.PARTICIPATIONS[config.participation].variable_cohorts):
     raise ValueError(f"--clients_per_round={config.clients_per_round} exceeds the "
@@ -409,11 +428,14 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   process = build_learning_process(task, config, aggregator)
   state = process.initialize()
   rounds_done, resumed_from = 0, None
-  participation = tff_adapter.TffParticipation(scheduler, task.train_data)
+  scores = _canary_scores(task, config, start.restored, process, state)
+  client_data = (task.train_data if scores is None
+                 else canaries_lib.CanaryClientData(task.train_data, scores.canaries))
+  participation = tff_adapter.TffParticipation(scheduler, client_data)
   if start.restored is not None:
     state = _restore_state(start.restored, state)
     participation = tff_adapter.TffParticipation.restore(start.restored.blobs["scheduler"],
-                                                         task.train_data)
+                                                         client_data)
     rounds_done = resumed_from = start.restored.round
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
@@ -423,8 +445,10 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   del state
 
   def save_checkpoint(round_number: int) -> None:
-    start.manager.save(round_number, tf.nest.flatten(learner.state()),
-                       {"scheduler": participation.state()},
+    blobs = {"scheduler": participation.state()}
+    if scores is not None:
+      blobs[CANARIES_BLOB] = scores.to_bytes()
+    start.manager.save(round_number, tf.nest.flatten(learner.state()), blobs,
                        {"discarded_rounds": participation.scheduler.discarded_rounds,
                         "task": task.name, "privacy": config.privacy_record(),
                         "mechanism_sha256": start.digest})
@@ -441,18 +465,73 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
           learning_rate_at=config.server_learning_rate_at,
           before_release=(
               (lambda r, ids: privacy_lib.record_release(config.root_dir, r, ids))
-              if entry.client_randomness else None)).run()
+              if entry.client_randomness else None),
+          after_apply=None if scores is None else (
+              lambda r, ids: scores.observe(ids, learner.model_weights().trainable))).run()
     finally:
       learner.close()
       write_data_quality(task, config.root_dir, outputs)
-    return _finish(task, config, outcome, resumed_from, started, participation, outputs)
+    return _finish(task, config, outcome, resumed_from, started, participation, outputs,
+                   scores)
   finally:
     outputs.close()
 
 
+CANARIES_BLOB = "canaries"
+"""The checkpoint blob of the audit's canaries (secret, coins) and scores."""
+
+
+def _canary_scores(task: task_lib.Task, config: config_lib.TrainingConfig,
+                   restored: Optional[checkpoints_lib.Checkpoint], process: Any,
+                   state: Any) -> Optional[canaries_lib.CanaryScores]:
+  """The audit's canaries and scores (None without `--audit_canaries`): a new run draws
+  them (OS entropy, or `--reproducible_noise_seed`); a resumed run takes its checkpoint's,
+  so it keeps its canaries, coins and scores."""
+  if not config.audit_canaries:
+    return None
+  if restored is not None:
+    if CANARIES_BLOB not in restored.blobs:
+      raise ValueError(f"Refusing to resume from the checkpoint {restored.path}: the run has "
+                       f"--audit_canaries={config.audit_canaries} but the checkpoint holds no "
+                       "canaries. Start a new run in another --root_dir.")
+    scores = canaries_lib.CanaryScores.from_bytes(restored.blobs[CANARIES_BLOB])
+    if scores.canaries.num_canaries != config.audit_canaries:
+      raise ValueError(f"the checkpoint {restored.path} holds {scores.canaries.num_canaries} "
+                       f"canaries, not --audit_canaries={config.audit_canaries}.")
+    return scores
+  canaries = canaries_lib.Canaries.draw(config.audit_canaries,
+                                        len(task.train_data.client_ids),
+                                        config.reproducible_noise_seed)
+  initial = learners_lib.model_weights(process, state).trainable
+  return canaries_lib.CanaryScores(canaries, [np.asarray(w) for w in initial])
+
+
+def _audit(config: config_lib.TrainingConfig, outcome: Any,
+           scores: Optional[canaries_lib.CanaryScores], outputs: Any
+           ) -> Optional[dict[str, Any]]:
+  """The empirical section, added to the privacy report; its error line when the lower bound
+  exceeds the accounted ε."""
+  if scores is None or not scores.rounds_scored:
+    return None
+  accounted = None if outcome.report is None else outcome.report.epsilon
+  section = canaries_lib.audit(scores, accounted, config.delta,
+                               gaussian_claim=report_lib.gaussian_claim(outcome.report))
+  outputs.empirical(section)
+  one_shot = section["one_shot"]["final_model"]["epsilon"]
+  outputs.progress(
+      f"audit ({section['num_canaries']} canaries): one-shot ε ≈ "
+      + ("—" if one_shot is None else f"{one_shot:.4g}") + " (final model), one-run lower "
+      f"bound ε ≥ {section['one_run_lower_bound']:.4g} "
+      f"({section['confidence']:.0%}), accounted ε = "
+      + ("∞" if accounted is None else f"{accounted:.4g}"))
+  if section["lower_bound_exceeds_accounted"]:
+    outputs.progress(canaries_lib.exceeded_message(section))
+  return section
+
+
 def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any,
             resumed_from: Optional[int], started: float, participation: Any,
-            outputs: Any) -> RunResult:
+            outputs: Any, scores: Optional[canaries_lib.CanaryScores] = None) -> RunResult:
   """The run's result, written to summary.json."""
   result = RunResult(
       rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
@@ -460,7 +539,7 @@ def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any
       epsilon=None if outcome.report is None else outcome.report.epsilon, delta=config.delta,
       privacy_report=outcome.report, resumed_from=resumed_from,
       seconds=time.perf_counter() - started, message=outcome.message,
-      empty_rounds=outcome.empty_rounds)
+      empty_rounds=outcome.empty_rounds, audit=_audit(config, outcome, scores, outputs))
   outputs.summary(_run_summary(task, result, participation.scheduler))
   try:
     figures.write_run_report(config.root_dir)
@@ -500,6 +579,23 @@ def _run_summary(task: task_lib.Task, result: RunResult,
       "discarded_rounds": scheduler.discarded_rounds,  # Non-finite and empty rounds.
       "empty_rounds_this_call": result.empty_rounds,
       "realized_participation": dataclasses.asdict(scheduler.realized()),
+      "audit": None if result.audit is None else audit_summary(result.audit),
+  }
+
+
+def audit_summary(section: dict[str, Any]) -> dict[str, Any]:
+  """The three numbers of the audit (accounted ε, one-shot estimate, one-run lower bound)
+  and what they rest on, for summary.json and the binaries' JSON."""
+  one_shot = section["one_shot"]
+  return {
+      "accounted_epsilon": section["accounted_epsilon"],
+      "one_shot_epsilon_final_model": one_shot["final_model"]["epsilon"],
+      "one_shot_epsilon_all_iterates": one_shot["all_iterates"]["epsilon"],
+      "one_run_lower_bound": section["one_run_lower_bound"],
+      "one_run_claim_tested": section["one_run_claim_tested"],
+      "confidence": section["confidence"], "num_canaries": section["num_canaries"],
+      "canary_cohort_share": section["canary_cohort_share"],
+      "lower_bound_exceeds_accounted": section["lower_bound_exceeds_accounted"],
   }
 
 
@@ -561,6 +657,7 @@ def summary_dict(task: task_lib.Task, config: config_lib.TrainingConfig,
       "delta": result.delta, "seconds": result.seconds,
       "privacy_report": None if result.privacy_report is None
       else result.privacy_report.to_dict(),
+      "audit": None if result.audit is None else audit_summary(result.audit),
   }
 
 

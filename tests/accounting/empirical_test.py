@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from dp_fl.accounting import empirical
+from dp_fl.accounting import zcdp
 
 
 def _gaussian_mechanism_delta(mu: float, eps: float) -> float:
@@ -124,6 +125,26 @@ def test_one_run_all_correct_guesses_reach_the_stated_maximum():
   assert 0 < loose.epsilon < strict.epsilon
 
 
+@pytest.mark.parametrize("m,delta", [(10, 0.0), (64, 1e-5), (256, 1e-5), (1001, 1e-6)])
+def test_the_ceiling_is_what_perfectly_separated_canaries_get(m, delta):
+  """Default guess counts, every canary told apart: with equal halves every guess is right
+  and the bound is the all-correct bound at the best count, below the single-count δ = 0
+  maximum; unequal halves certify less even with perfect scores."""
+  scores_in, scores_out = np.arange(m // 2) + 1e6, np.arange(m - m // 2) * 1.0
+  bound = empirical.one_run_lower_bound(scores_in, scores_out, delta)
+  ceiling = empirical.one_run_ceiling(m // 2, m - m // 2, delta)
+  assert bound.epsilon == ceiling
+  counts = empirical._guess_counts(m)  # pylint: disable=protected-access
+  assert ceiling == pytest.approx(max(empirical.one_run_epsilon_for_counts(
+      m, r, r, delta, 0.05 / len(counts)) for r in counts if r <= 2 * (m // 2)), rel=1e-8)
+  assert ceiling < empirical.one_run_maximum(m - m % 2)
+  assert empirical.one_run_ceiling(m // 2 - 3, m - m // 2 + 3, delta) <= ceiling
+  # Scores that swap one inserted and one held-out canary certify less.
+  swapped = empirical.one_run_lower_bound(np.append(scores_in[1:], -1.0),
+                                          np.append(scores_out[1:], 2e6), delta)
+  assert swapped.epsilon < ceiling
+
+
 def test_one_run_p_value_is_the_binomial_tail_and_grows_with_epsilon():
   # δ = 0: exactly P[Bin(r, q) >= v].
   assert empirical.one_run_p_value(100, 20, 15, 1.0, 0.0) == pytest.approx(
@@ -162,6 +183,64 @@ def test_one_run_refusals_name_the_argument():
     empirical.one_run_lower_bound([0.1, 0.2], [0.0, 0.3], 1e-5, confidence=1.0)
   with pytest.raises(ValueError, match="correct <= guesses"):
     empirical.one_run_p_value(10, 4, 5, 1.0, 0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# The Gaussian (f-DP) refinement of the one-run audit (Mahloujifar et al. 2024).
+
+
+def _gdp_trial(rng, m, mu):
+  """One audit of a μ-GDP mechanism's dominating pair: fair coins, scores N(μ, 1) in and
+  N(0, 1) out; every canary guessed (top half "in", bottom half "out")."""
+  coins = rng.integers(0, 2, m).astype(bool)
+  scores = rng.normal(size=m) + mu * coins
+  order = np.argsort(scores)
+  correct = int(np.sum(coins[order[m // 2:]]) + np.sum(~coins[order[:m // 2]]))
+  return coins, scores, correct
+
+
+@pytest.mark.parametrize("mu", [0.5, 2.0, 4.0])
+def test_the_gaussian_test_rejects_a_true_claim_at_most_at_its_significance(mu):
+  """At the mechanism's own μ the claim is true: over 3000 seeded audits the margin may be
+  positive (a false rejection) in at most a fraction α of them (+ 3 standard errors)."""
+  rng = np.random.default_rng(41)
+  m, alpha, trials = 64, 0.1, 3000
+  rejected = sum(empirical.one_run_gaussian_margin(m, m, _gdp_trial(rng, m, mu)[2], mu,
+                                                   alpha) > 0 for _ in range(trials))
+  assert rejected / trials <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / trials)
+  # ... and a claim far below the truth is rejected often.
+  weak = sum(empirical.one_run_gaussian_margin(m, m, _gdp_trial(rng, m, mu)[2], mu / 4,
+                                               alpha) > 0 for _ in range(300))
+  if mu >= 2.0:
+    assert weak / 300 > 0.5
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_gaussian_bound_is_tighter_and_below_the_truth(seed):
+  rng = np.random.default_rng(seed)
+  mu = 2.0
+  coins, scores, _ = _gdp_trial(rng, 512, mu)
+  plain = empirical.one_run_lower_bound(scores[coins], scores[~coins], 1e-5)
+  gaussian = empirical.one_run_lower_bound(scores[coins], scores[~coins], 1e-5,
+                                           trade_off=empirical.GAUSSIAN)
+  truth = empirical.gaussian_pair_epsilon(mu, 1.0, 0.0, 1.0, 1e-5)
+  assert plain.epsilon < gaussian.epsilon < truth
+  assert gaussian.trade_off == empirical.GAUSSIAN
+  # The claim at the bound is rejected, just above it it is not (the largest rejected ε).
+  sig = 0.05 / len(gaussian.guess_counts_tried)
+  margin = lambda eps: empirical.one_run_gaussian_margin(
+      512, gaussian.guesses, gaussian.correct,
+      1 / zcdp.noise_multiplier_for_epsilon(1.0, eps, 1e-5), sig)
+  assert margin(gaussian.epsilon) >= 0 > margin(gaussian.epsilon * 1.001)
+
+
+def test_the_gaussian_ceiling_is_higher_and_bad_claims_are_refused():
+  assert (empirical.one_run_ceiling(64, 64, 1e-5, trade_off=empirical.GAUSSIAN)
+          > empirical.one_run_ceiling(64, 64, 1e-5))
+  with pytest.raises(ValueError, match="δ > 0"):
+    empirical.one_run_gaussian_epsilon_for_counts(10, 10, 10, 0.0, 0.05)
+  with pytest.raises(ValueError, match="trade_off"):
+    empirical.one_run_lower_bound([1.0, 2.0], [0.0], 1e-5, trade_off="laplace")
 
 
 if __name__ == "__main__":

@@ -54,12 +54,16 @@ def _final_state(root):
   return [np.asarray(x, np.float64) for x in restored.arrays]
 
 
-@pytest.mark.parametrize("mechanism", ["blt", "dpfedavg"])
-def test_two_workers_give_the_local_result(tmp_path, workers, mechanism):
+# With the audit's canaries (issue #41) the client data is <data, canary>: the workers run
+# the same client work on it.
+@pytest.mark.parametrize("mechanism,canaries", [("blt", 0), ("dpfedavg", 0), ("blt", 8)])
+def test_two_workers_give_the_local_result(tmp_path, workers, mechanism, canaries):
   pool = workers(2)
-  local_config, local = _run(tmp_path / "local", mechanism, runtime="xla")
+  local_config, local = _run(tmp_path / "local", mechanism, runtime="xla",
+                             audit_canaries=canaries)
   remote_config, remote = _run(tmp_path / "remote", mechanism,
-                               workers=",".join(w.address for w in pool))
+                               workers=",".join(w.address for w in pool),
+                               audit_canaries=canaries)
   assert remote_config.runtime == "workers" and local.rounds_completed == ROUNDS
   assert remote.rounds_completed == ROUNDS
   for a, b in zip(_final_state(tmp_path / "local"), _final_state(tmp_path / "remote")):
@@ -70,6 +74,10 @@ def test_two_workers_give_the_local_result(tmp_path, workers, mechanism):
   assert remote_summary["realized_participation"] == local_summary["realized_participation"]
   for key, value in local_summary["eval"].items():
     assert remote_summary["eval"][key] == pytest.approx(value, rel=1e-4, abs=1e-5)
+  if canaries:
+    assert remote.audit["num_canaries"] == canaries
+    np.testing.assert_allclose(remote.audit["scores"]["all_iterates"],
+                               local.audit["scores"]["all_iterates"], rtol=1e-4, atol=1e-5)
 
 
 def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):

@@ -24,7 +24,8 @@ _FLAG_DEFAULTS = {
     "server_adam_epsilon": 0.001, "cooldown_rounds": 0, "cooldown_final_fraction": 0.1,
     "eval_every": 10, "checkpoint_every": 10, "keep_checkpoints": 3, "delta": 1e-06,
     "target_epsilon": None, "on_nonfinite": "stop", "jit_compile": False,
-    "runtime": "tff_worker", "device": "auto", "workers": None,
+    "runtime": "tff_worker", "device": "auto", "workers": None, "audit_canaries": 0,
+    "audit_strict": False,
     "worker_timeout_seconds": 600.0, "worker_tls_ca_cert": None,
     "worker_tls_client_cert": None, "worker_tls_client_key": None}
 

@@ -213,5 +213,30 @@ def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
       assert len(f.read().strip().splitlines()) == 1 + 4  # Header + 4 rounds, not 8.
 
 
+def test_audited_rows_show_the_lower_bound_and_flag_a_failed_audit():
+  def record(seed, bound, one_shot, failed):
+    audit = {"one_run_lower_bound": bound, "one_shot_epsilon_final_model": one_shot,
+             "lower_bound_exceeds_accounted": failed}
+    return compare.RunRecord("dpsgd", "evaluation", 1.0, seed, 0.1, 0.2, 2.0, 3, "completed",
+                             1.0, "", audit=audit)
+
+  base = toy_program.toy_config("/tmp/unused", 3, "dpsgd")
+  honest = compare._row("dpsgd", base, 1.0, [], [record(0, 0.4, 1.5, False),
+                                                 record(1, 0.7, None, False)])
+  assert honest["audit_lower_bound"] == 0.7 and honest["audit_one_shot_final_model"] == 1.5
+  broken = compare._row("blt", base, 1.0, [], [record(0, 2.5, 9.0, True)])
+  plain = compare._row("clip", base, 1.0, [], [dataclasses.replace(
+      record(0, 0, 0, False), audit=None)])
+  assert "audit_lower_bound" not in plain
+  output = {"headline_metric": "accuracy", "baseline": {}, "task": "toy", "description": "",
+            "target_epsilon": 2.0, "lr_factors": [1.0], "seeds": 2,
+            "rows": [honest, broken, plain]}
+  text = compare.markdown(output)
+  assert "one-run lower bound (95 % each)" in text
+  assert "| 0.7 / 1.5 |" in text and "2.5 / 9 **AUDIT FAILED: bound > ε** |" in text
+  clip_line = next(line for line in text.splitlines() if line.startswith("| clip |"))
+  assert clip_line.endswith("| — |")  # A row without canaries.
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

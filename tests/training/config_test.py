@@ -32,7 +32,8 @@ def _save_or_check(config):
     dict(mechanism="bandmf", bands=3, max_participations=2, participation="uniform"),
     dict(mechanism="cpsgd", cpsgd_levels=64, participation="cyclic", runtime="xla",
          device="cpu"),
-    dict(mechanism="dpfedavg", participation="poisson", population_sampling_rate=0.2)])
+    dict(mechanism="dpfedavg", participation="poisson", population_sampling_rate=0.2),
+    dict(audit_canaries=100, audit_strict=True)])
 def test_json_round_trip(tmp_path, changes):
   config = _config(tmp_path, **changes)
   assert registry.config_from_dict(config.to_dict()) == config
@@ -94,6 +95,11 @@ def test_cooldown_schedule(tmp_path):
     (dict(mechanism="dpfedavg"), "needs --participation=poisson"),
     (dict(participation="poisson"), "only group by group: use --participation=cyclic_poisson"),
     (dict(on_nonfinite="ignore"), "`on_nonfinite` must be one of"),
+    (dict(audit_canaries=1), "needs at least 2"),
+    (dict(audit_canaries=-3), "`audit_canaries` must be a non-negative integer"),
+    (dict(audit_canaries=2.5), "`audit_canaries`"),
+    (dict(audit_strict=True), "add --audit_canaries=K"),
+    (dict(audit_canaries=8, audit_strict="yes"), "`audit_strict` must be a bool"),
     (dict(jit_compile=True), "worker_binary, which has no XLA device"),
     (dict(server_optimizer="rmsprop"), "`server_optimizer` must be one of"),
     (dict(server_adam_epsilon=0.0), "`server_adam_epsilon`"),

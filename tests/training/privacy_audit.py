@@ -70,7 +70,7 @@ def audit_run(task, config) -> Audit:
   k = max((len(p) for p in patterns.values()), default=0)
 
   mechanism = program.build_mechanism(config)
-  num_clients = len(task.train_data.client_ids)
+  num_clients = program.population(task, config)  # The task's clients and any canaries.
   process = program.build_learning_process(
       task, config, program.build_aggregator(config, mechanism, num_clients))
   state = tf.nest.pack_sequence_as(process.initialize(), restored.arrays)

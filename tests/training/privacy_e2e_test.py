@@ -121,10 +121,11 @@ def test_reported_epsilon_bounds_the_truth_with_discarded_rounds(tmp_path, mecha
   _check_discarded_rounds(tmp_path, participation, result, audit)
 
 
-def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=(), runtime_name="tff_worker"):
+def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=(), runtime_name="tff_worker",
+           audit_canaries=0):
   settings = _settings(mechanism, participation)
   args = [str(root), str(rounds), mechanism, f"--participation={participation}",
-          f"--runtime={runtime_name}",
+          f"--runtime={runtime_name}", f"--audit_canaries={audit_canaries}",
           "--clients_per_round=1", f"--num_clients={NUM_CLIENTS}", "--min_sep=3",
           "--timer_hours=3", "--noise_multiplier=1.0", "--on_nonfinite=discard",
           "--checkpoint_every=2", f"--poison_clients={','.join(poisoned)}"]
@@ -141,19 +142,24 @@ def _rows(root) -> int:
   return len(writers.read_csv(path)) if os.path.exists(path) else 0
 
 
-@pytest.mark.parametrize("mechanism,participation", ANTI_DIAGONAL)
-def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume(tmp_path, mechanism,
-                                                                    participation):
-  proc = _start(tmp_path, mechanism, participation, poisoned=POISONED)
+def _kill_mid_run(root, mechanism, participation, **start_kwargs) -> None:
+  """Starts the poisoned e2e run in a subprocess and SIGKILLs it after round 5: mid-way
+  between two checkpoints (every 2 rounds)."""
+  proc = _start(root, mechanism, participation, poisoned=POISONED, **start_kwargs)
   deadline = time.monotonic() + 240
-  kill_after = 5  # Mid-way, between two checkpoints (every 2 rounds).
-  while _rows(tmp_path) < kill_after:
+  while _rows(root) < 5:
     assert proc.poll() is None, proc.stderr.read()[-3000:]
     assert time.monotonic() < deadline, "the program made no progress"
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait(timeout=60)
   assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("mechanism,participation", ANTI_DIAGONAL)
+def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume(tmp_path, mechanism,
+                                                                    participation):
+  _kill_mid_run(tmp_path, mechanism, participation)
   result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED)
   assert result.resumed_from is not None and result.resumed_from < ROUNDS
   assert audit.rows == result.rounds_completed
@@ -176,18 +182,51 @@ def test_reported_epsilon_bounds_the_truth_when_a_killed_job_resumes_on_the_othe
     tmp_path, killed_on, resumed_on):
   mechanism, participation = ("blt", "device_timer") if killed_on == "xla" else (
       "bandmf", "cyclic")
-  proc = _start(tmp_path, mechanism, participation, poisoned=POISONED, runtime_name=killed_on)
-  deadline = time.monotonic() + 240
-  while _rows(tmp_path) < 5:
-    assert proc.poll() is None, proc.stderr.read()[-3000:]
-    assert time.monotonic() < deadline, "the program made no progress"
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait(timeout=60)
+  _kill_mid_run(tmp_path, mechanism, participation, runtime_name=killed_on)
   result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
                                    runtime=resumed_on)
   assert result.resumed_from is not None and result.resumed_from < ROUNDS
   assert audit.rows == result.rounds_completed
+
+
+# With the audit's canary clients on (issue #41): they join the population, so the truth is
+# brute-forced over the population with them; a canary is a client of the ledger under its own
+# index (NUM_CLIENTS..), never a real client's. One case per participation scheme.
+CANARY_CASES = [("blt", "device_timer"), ("bandmf", "cyclic"), ("dpsgd", "balls_in_bins"),
+                ("dpfedavg", "poisson"), ("tree", "uniform"), ("dpsgd", "cyclic_poisson"),
+                ("tree", "min_sep_rounds")]
+CANARIES = 4
+
+
+def _check_canaries(root, result, audit):
+  from dp_fl.training import canaries as canaries_lib  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import checkpoints as checkpoints_lib  # pylint: disable=g-import-not-at-top
+  restored = checkpoints_lib.CheckpointManager(os.path.join(root, "checkpoints")).restore_latest()
+  scores = canaries_lib.CanaryScores.from_bytes(restored.blobs[program.CANARIES_BLOB])
+  assert scores.canaries.num_real == NUM_CLIENTS
+  assert scores.rounds_scored == audit.rows == result.rounds_completed
+  for i in range(CANARIES):
+    assert len(audit.patterns.get(NUM_CLIENTS + i, ())) == scores.participations[i]
+  assert sum(len(p) for p in audit.patterns.values()) == scores.client_participations
+  assert result.audit is not None and result.audit["num_canaries"] == CANARIES
+
+
+@pytest.mark.parametrize("mechanism,participation", CANARY_CASES)
+def test_reported_epsilon_bounds_the_truth_with_canaries(tmp_path, mechanism, participation):
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   audit_canaries=CANARIES)
+  _check_discarded_rounds(tmp_path, participation, result, audit)
+  _check_canaries(tmp_path, result, audit)
+
+
+def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume_with_canaries(tmp_path):
+  mechanism, participation = "bandmf", "device_timer"
+  _kill_mid_run(tmp_path, mechanism, participation, audit_canaries=CANARIES)
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   audit_canaries=CANARIES)
+  assert result.resumed_from is not None and result.resumed_from < ROUNDS
+  assert audit.rows == result.rounds_completed
+  _check_canaries(tmp_path, result, audit)
 
 
 if __name__ == "__main__":

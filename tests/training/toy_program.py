@@ -30,6 +30,7 @@ def main(argv=None) -> int:
   parser.add_argument("--clients_per_round", type=int, default=4)
   parser.add_argument("--population_sampling_rate", type=float, default=None)
   parser.add_argument("--runtime", default="tff_worker")
+  parser.add_argument("--audit_canaries", type=int, default=0)
   args = parser.parse_args(argv)
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
                       clients_per_round=args.clients_per_round,
                       population_sampling_rate=args.population_sampling_rate,
                       min_sep=args.min_sep, timer_hours=args.timer_hours,
-                      runtime=args.runtime)
+                      runtime=args.runtime, audit_canaries=args.audit_canaries)
   with runtime.execution_context():
     task = toy_task.make_task(
         poison_client=[c for c in args.poison_clients.split(",") if c],

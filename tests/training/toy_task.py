@@ -57,6 +57,14 @@ def _keras_model():
                               tf.keras.layers.Dense(3)])
 
 
+def _wide_keras_model():
+  """A 4-1024-3 network (d = 8,195): enough dimensions for canary directions to be nearly
+  orthogonal to each other and to the real updates (the audit tests)."""
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                              tf.keras.layers.Dense(1024, activation="relu"),
+                              tf.keras.layers.Dense(3)])
+
+
 def _loss():
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -69,12 +77,12 @@ def _metrics():
 # the learning processes of a test module's runs then share one traced client work
 # (`dp_fl.training.client_work.delta_client_work`).
 def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = None,
-              num_clients: int = NUM_CLIENTS) -> task_lib.Task:
+              num_clients: int = NUM_CLIENTS, wide: bool = False) -> task_lib.Task:
   return task_lib.Task(
       name=name,
       train_data=ToyClientData(num_clients, poison_client=poison_client),
       eval_dataset_fn=_eval_dataset,
-      keras_model_fn=_keras_model,
+      keras_model_fn=_wide_keras_model if wide else _keras_model,
       loss_fn=_loss,
       metrics_fn=_metrics,
       baseline_metrics={"accuracy": 1 / 3, "unigram_accuracy": 1 / 3},
