@@ -32,6 +32,7 @@ TFF-free (numpy / scipy).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Sequence
 
@@ -205,6 +206,35 @@ def one_shot_epsilon_closed_form_null(seen: Sequence[float], dimension: int,
   return OneShotEstimate(epsilon=eps, delta=delta, seen_mean=mean, seen_std=std,
                          unseen_mean=0.0, unseen_std=d ** -0.5, num_seen=s.size,
                          num_unseen=0, null="closed_form", dimension=d)
+
+
+@functools.lru_cache(maxsize=64)
+def one_shot_noise_floor(num_seen: int, num_unseen: int, delta: float,
+                         closed_form_null: bool = False, quantile: float = 0.95,
+                         trials: int = 400) -> float:
+  """The `quantile` of the one-shot estimate when the seen and unseen canaries' scores come
+  from one distribution (nothing leaks): what sampling error alone makes the estimate say
+  with this many canaries. An estimate below it is indistinguishable from no leakage.
+
+  The estimate is invariant to an affine change of the scores, so both samples are drawn
+  N(0, s²) (s = 1e-3, inside the cosines' range); with `closed_form_null` the seen ones
+  against N(0, s²) itself. A fixed public seed: it is a property of the estimator.
+  """
+  n_seen = _checks.check_positive_int("num_seen", num_seen)
+  n_unseen = _checks.check_nonnegative_int("num_unseen", num_unseen)
+  q = _checks.check_open_unit("quantile", quantile)
+  rng = np.random.default_rng(0x4E4F4953)  # "NOIS"
+  scale = 1e-3
+  values = []
+  for _ in range(_checks.check_positive_int("trials", trials)):
+    seen = rng.normal(scale=scale, size=n_seen)
+    if closed_form_null:
+      s = np.std(seen, ddof=1)
+      values.append(gaussian_pair_epsilon(float(np.mean(seen)), float(s), 0.0, scale, delta))
+    else:
+      values.append(one_shot_epsilon(seen, rng.normal(scale=scale, size=n_unseen),
+                                     delta).epsilon)
+  return float(np.quantile(values, q))
 
 
 def null_cosine_cdf(t: float, dimension: int) -> float:

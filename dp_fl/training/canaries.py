@@ -410,6 +410,11 @@ def estimate(section: dict[str, Any], gaussian_claim: bool) -> dict[str, Any]:
   # iterates): each is tested at half the significance, so their maximum holds at
   # `confidence` (a union bound).
   each = 1.0 - (1.0 - confidence) / 2.0
+  if len(seen) >= 2 and len(unseen) >= 2:
+    out["one_shot_noise_floor"] = {
+        "empirical_null": empirical.one_shot_noise_floor(len(seen), len(unseen), delta),
+        "closed_form_null": empirical.one_shot_noise_floor(len(seen), 0, delta,
+                                                           closed_form_null=True)}
   for key, trade_off in (("one_run", empirical.EPSILON_DELTA),
                          ("one_run_gaussian", empirical.GAUSSIAN)):
     out[key] = {name: dataclasses.asdict(empirical.one_run_lower_bound(
@@ -464,6 +469,9 @@ def markdown(section: dict[str, Any]) -> str:
             else "n/a (not a Gaussian claim)")
 
   one_shot, one_run = section["one_shot"], section["one_run"]
+  noise = section.get("one_shot_noise_floor")
+  floor = ("—" if noise is None else
+           f"{noise['empirical_null']:.3g} / {noise['closed_form_null']:.3g}")
   accounted = section["accounted_epsilon"]
   rows = [
       ("accounted ε (the guarantee)", "∞ (no privacy)" if accounted is None
@@ -472,6 +480,8 @@ def markdown(section: dict[str, Any]) -> str:
       ("one-shot estimate, final model, closed-form null",
        eps(one_shot["final_model_closed_form_null"])),
       ("one-shot estimate, all iterates", eps(one_shot["all_iterates"])),
+      ("one-shot estimates' noise floor (95 % of what no leakage gives with these "
+       "canaries): held-out null / closed-form null", floor),
       (f"one-run lower bound ({section['confidence']:.0%}, the larger of both threat "
        f"models): {_CLAIMS[section['one_run_claim_tested']]} — the headline",
        f"**{section['one_run_lower_bound']:.4g}**"),

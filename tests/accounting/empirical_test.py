@@ -243,5 +243,21 @@ def test_the_gaussian_ceiling_is_higher_and_bad_claims_are_refused():
     empirical.one_run_lower_bound([1.0, 2.0], [0.0], 1e-5, trade_off="laplace")
 
 
+def test_the_one_shot_noise_floor_shrinks_with_more_canaries():
+  """With nothing leaking, 61 vs 67 canaries' fitted Gaussians still differ enough to read
+  ε ≈ 6 at the 95th percentile: the floor below which an estimate says nothing."""
+  small = empirical.one_shot_noise_floor(61, 67, 1e-5)
+  large = empirical.one_shot_noise_floor(500, 500, 1e-5)
+  assert large < small and 4.0 < small < 9.0
+  closed = empirical.one_shot_noise_floor(61, 0, 1e-5, closed_form_null=True)
+  assert 0 < closed < small  # One fitted Gaussian instead of two.
+  # The floor is the quantile it claims: fresh null estimates fall below it ~95 % of the time.
+  rng = np.random.default_rng(5)
+  below = np.mean([empirical.one_shot_epsilon(rng.normal(size=61) * 1e-2,
+                                              rng.normal(size=67) * 1e-2, 1e-5).epsilon <= small
+                   for _ in range(300)])
+  assert 0.9 < below < 0.99
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
