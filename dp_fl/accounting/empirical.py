@@ -214,7 +214,9 @@ def one_shot_noise_floor(num_seen: int, num_unseen: int, delta: float,
                          trials: int = 400) -> float:
   """The `quantile` of the one-shot estimate when the seen and unseen canaries' scores come
   from one distribution (nothing leaks): what sampling error alone makes the estimate say
-  with this many canaries. An estimate below it is indistinguishable from no leakage.
+  with this many canaries. An estimate below it is indistinguishable from no leakage. With
+  very few canaries it can be unbounded (a trial whose fitted pair's ε exceeds 1e6 counts
+  as ∞).
 
   The estimate is invariant to an affine change of the scores, so both samples are drawn
   N(0, s²) (s = 1e-3, inside the cosines' range); with `closed_form_null` the seen ones
@@ -228,13 +230,17 @@ def one_shot_noise_floor(num_seen: int, num_unseen: int, delta: float,
   values = []
   for _ in range(_checks.check_positive_int("trials", trials)):
     seen = rng.normal(scale=scale, size=n_seen)
-    if closed_form_null:
-      s = np.std(seen, ddof=1)
-      values.append(gaussian_pair_epsilon(float(np.mean(seen)), float(s), 0.0, scale, delta))
-    else:
-      values.append(one_shot_epsilon(seen, rng.normal(scale=scale, size=n_unseen),
-                                     delta).epsilon)
-  return float(np.quantile(values, q))
+    try:
+      if closed_form_null:
+        s = np.std(seen, ddof=1)
+        values.append(gaussian_pair_epsilon(float(np.mean(seen)), float(s), 0.0, scale,
+                                            delta))
+      else:
+        values.append(one_shot_epsilon(seen, rng.normal(scale=scale, size=n_unseen),
+                                       delta).epsilon)
+    except root_finding.UnreachableTargetError:
+      values.append(math.inf)
+  return float(np.quantile(values, q, method="inverted_cdf"))
 
 
 def null_cosine_cdf(t: float, dimension: int) -> float:

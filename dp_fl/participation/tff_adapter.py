@@ -36,10 +36,14 @@ class TffRound:
     client_ids: the selected clients' string ids, in scheduler-index order.
     datasets: one dataset per selected client (plus empty padding datasets
       when padding is enabled), aligned with ``client_ids`` for the real ones.
+    clients_with_data: how many of the selected clients train on data of their own: all
+      of them, unless the client data says otherwise (`has_data`: the audit's canaries
+      have none, and a round of canaries alone reports no examples without diverging).
   """
   selection: base.RoundSelection
   client_ids: tuple[str, ...]
   datasets: tuple[Any, ...]
+  clients_with_data: int
 
 
 class TffParticipation:
@@ -118,7 +122,10 @@ class TffParticipation:
     datasets = [self._client_data.create_tf_dataset_for_client(c) for c in names]
     if self._pad and selection.num_padding:
       datasets.extend(self._padding(datasets) for _ in range(selection.num_padding))
-    return TffRound(selection=selection, client_ids=names, datasets=tuple(datasets))
+    has_data = getattr(self._client_data, "has_data", None)
+    with_data = (sum(1 for c in names if has_data(c)) if callable(has_data) else len(names))
+    return TffRound(selection=selection, client_ids=names, datasets=tuple(datasets),
+                    clients_with_data=with_data)
 
   def _padding(self, datasets: list[Any]) -> Any:
     """An empty client's input: the client data's `create_padding_input()` where it has one

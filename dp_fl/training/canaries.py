@@ -163,6 +163,10 @@ class CanaryClientData:
     return collections.OrderedDict(
         data=data, canary=_one_element(self._canaries.client_input(index)))
 
+  def has_data(self, client_id: str) -> bool:
+    """Whether the client trains on data of its own (a canary has none)."""
+    return not client_id.startswith(CANARY_ID_PREFIX)
+
   def create_padding_input(self) -> Any:
     """The input of an empty padding client (balls-in-bins): no data, no canary."""
     return collections.OrderedDict(data=self._empty_dataset(),
@@ -411,10 +415,11 @@ def estimate(section: dict[str, Any], gaussian_claim: bool) -> dict[str, Any]:
   # `confidence` (a union bound).
   each = 1.0 - (1.0 - confidence) / 2.0
   if len(seen) >= 2 and len(unseen) >= 2:
-    out["one_shot_noise_floor"] = {
-        "empirical_null": empirical.one_shot_noise_floor(len(seen), len(unseen), delta),
-        "closed_form_null": empirical.one_shot_noise_floor(len(seen), 0, delta,
-                                                           closed_form_null=True)}
+    floors = (empirical.one_shot_noise_floor(len(seen), len(unseen), delta),
+              empirical.one_shot_noise_floor(len(seen), 0, delta, closed_form_null=True))
+    # None: unbounded (too few canaries for the estimate to mean anything).
+    out["one_shot_noise_floor"] = dict(zip(("empirical_null", "closed_form_null"), (
+        f if math.isfinite(f) else None for f in floors)))
   for key, trade_off in (("one_run", empirical.EPSILON_DELTA),
                          ("one_run_gaussian", empirical.GAUSSIAN)):
     out[key] = {name: dataclasses.asdict(empirical.one_run_lower_bound(
@@ -470,8 +475,9 @@ def markdown(section: dict[str, Any]) -> str:
 
   one_shot, one_run = section["one_shot"], section["one_run"]
   noise = section.get("one_shot_noise_floor")
-  floor = ("—" if noise is None else
-           f"{noise['empirical_null']:.3g} / {noise['closed_form_null']:.3g}")
+  floor = "—" if noise is None else " / ".join(
+      "∞ (too few canaries)" if f is None else f"{f:.3g}"
+      for f in (noise["empirical_null"], noise["closed_form_null"]))
   accounted = section["accounted_epsilon"]
   rows = [
       ("accounted ε (the guarantee)", "∞ (no privacy)" if accounted is None

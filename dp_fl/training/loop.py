@@ -19,7 +19,8 @@ The collaborators are duck-typed (`tests/training/loop_test.py` drives the loop 
 
     learner        next(datasets) -> (result, flat_metrics); commit(result);
                    model_weights(); set_model_weights(weights)
-    participation  select_round() -> pending (.selection, .client_ids, .datasets);
+    participation  select_round() -> pending (.selection, .client_ids, .datasets,
+                   .clients_with_data);
                    commit/discard/withdraw(pending); .scheduler (realized(),
                    realized_if(selection), discarded_rounds)
     accountant     epsilon(realized); report(realized) (None when non-private);
@@ -162,8 +163,10 @@ class TrainingLoop:
       # out records only committed rounds.
       self.participation.withdraw(pending)
       raise
+    # Clients without data of their own (the audit's canaries) report no examples: a round
+    # of them alone has not diverged.
     verdict, message = self.policies.nonfinite.judge(next_round, metrics,
-                                                     len(pending.client_ids))
+                                                     pending.clients_with_data)
     if verdict is policies_lib.Verdict.STOP:
       self.participation.withdraw(pending)
       return policies_lib.Stop(policies_lib.NONFINITE, message)

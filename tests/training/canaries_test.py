@@ -66,6 +66,22 @@ def test_client_inputs_mark_only_inserted_canaries():
     data.create_tf_dataset_for_client("client_999")
 
 
+def test_a_round_of_canaries_alone_counts_no_client_with_data():
+  """Canaries report no examples: the loop must not take a round of them alone for one in
+  which every client diverged (`policies.nonfinite_problem`)."""
+  from dp_fl.participation import tff_adapter  # pylint: disable=g-import-not-at-top
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  from tests.training import toy_program  # pylint: disable=g-import-not-at-top
+  canaries = canaries_lib.Canaries(24, 12345, (True, False, True))
+  data = canaries_lib.CanaryClientData(toy_task.ToyClientData(), canaries)
+  assert data.has_data("client_000") and not data.has_data("canary:1")
+  config = toy_program.toy_config("/tmp/unused", 30, "dpsgd", clients_per_round=27,
+                                  participation="uniform", audit_canaries=3)
+  adapter = tff_adapter.TffParticipation(program.build_scheduler(config, 27, seed=1), data)
+  pending = adapter.select_round()
+  assert len(pending.client_ids) == 27 and pending.clients_with_data == 24
+
+
 def test_client_ids_that_look_like_canaries_are_refused():
   class Clashing(toy_task.ToyClientData):
     def __init__(self):

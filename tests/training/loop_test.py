@@ -29,6 +29,10 @@ class _Pending:
   datasets: list[Any]
   selection: _Selection = dataclasses.field(default_factory=_Selection)
 
+  @property
+  def clients_with_data(self) -> int:
+    return len(self.client_ids)
+
 
 class _FakeScheduler:
   """Counts rows committed (the realized participation is the number of applied rounds)."""
