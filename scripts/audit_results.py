@@ -143,7 +143,8 @@ def _cell(value: Any, spec: str = ".3g") -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
   lines = ["| row | accounted ε | one-shot ε: final model (closed-form null) / all iterates "
-           "[noise floor] | one-run lower bound, 95 %, larger of both threat models: headline [(ε, δ) claim "
+           "[noise floor] | one-run lower bound, 95 %, larger of both threat models: "
+           "headline [(ε, δ) claim "
            "/ Gaussian claim] (most these K can certify) | "
            "K | inserted canaries' share | content-word acc. | bound > accounted |",
            "| --- " * 8 + "|"]

@@ -22,7 +22,8 @@ instead (Mahloujifar, Melis and Chaudhuri 2024, arXiv 2410.22235: the f-DP one-r
 `trade_off=GAUSSIAN`), which refutes far more: 128 perfectly separated canaries certify
 ε ≥ 6.2 against 3.2 for the (ε, δ) claim (δ = 1e-5, 95 %).
 
-The one-shot estimate is an estimate, not a bound: the accounted ε is the guarantee. `gaussian_pair_epsilon` is exact
+The one-shot estimate is an estimate, not a bound: the accounted ε is the guarantee.
+`gaussian_pair_epsilon` is exact
 (no sampling): the hockey-stick divergence between two Gaussians, whose privacy loss is a
 quadratic in the output, both directions.
 
