@@ -28,8 +28,6 @@ import dataclasses
 import os
 from typing import Any, Callable, Optional
 
-import numpy as np
-
 from dp_fl import writers
 from dp_fl.execution import runtime as runtime_lib
 
@@ -67,8 +65,7 @@ class _Learner(abc.ABC):
     def repeat(value):
       if isinstance(value, collections.abc.Mapping):
         return type(value)((k, repeat(v)) for k, v in value.items())
-      return value.repeat(self.client_epochs) if hasattr(value, "repeat") and not isinstance(
-          value, np.ndarray) else value
+      return value.repeat(self.client_epochs)
 
     return [repeat(ds) for ds in datasets]
 

@@ -27,7 +27,6 @@ release, but it cannot be told to drop the rows of rounds that will not be re-ru
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -71,22 +70,16 @@ class RunOutputs:
                        ("privacy_report.md", report.to_markdown())):
       files.atomic_write_text(os.path.join(self.root_dir, name), text)
 
-  def empirical(self, section: Mapping[str, Any]) -> None:
-    """Adds the audit's "empirical" section to privacy_report.json and .md (written as a
-    report of its own when the run has none: a non-private run)."""
-    paths = [os.path.join(self.root_dir, n) for n in ("privacy_report.json",
-                                                       "privacy_report.md")]
-    report = {}
-    if os.path.exists(paths[0]):
-      with open(paths[0], encoding="utf-8") as f:
-        report = json.load(f)
-    report["empirical"] = dict(section)
-    files.atomic_write_json(paths[0], report, indent=2)
-    text = ""
-    if os.path.exists(paths[1]):
-      with open(paths[1], encoding="utf-8") as f:
-        text = f.read().split(canaries.MARKDOWN_HEADING)[0].rstrip("\n") + "\n"
-    files.atomic_write_text(paths[1], text + canaries.markdown(section))
+  def empirical(self, report: Optional[Any], section: Mapping[str, Any]) -> None:
+    """Writes privacy_report.json and .md as `report` with the audit's "empirical" section
+    (the section alone for a non-private run, which has no report)."""
+    values = {} if report is None else report.to_dict()
+    values["empirical"] = dict(section)
+    files.atomic_write_json(os.path.join(self.root_dir, "privacy_report.json"), values,
+                            indent=2)
+    text = "" if report is None else report.to_markdown()
+    files.atomic_write_text(os.path.join(self.root_dir, "privacy_report.md"),
+                            text + canaries.markdown(section))
 
   def epsilon_so_far(self, round_number: int, epsilon: Optional[float]) -> None:
     """Records the ε a progress line shows (metrics/privacy.csv, for the ε-vs-rounds figure)."""

@@ -516,7 +516,7 @@ def _audit(config: config_lib.TrainingConfig, outcome: Any,
   accounted = None if outcome.report is None else outcome.report.epsilon
   section = canaries_lib.audit(scores, accounted, config.delta,
                                gaussian_claim=report_lib.gaussian_claim(outcome.report))
-  outputs.empirical(section)
+  outputs.empirical(outcome.report, section)
   one_shot = section["one_shot"]["final_model"]["epsilon"]
   outputs.progress(
       f"audit ({section['num_canaries']} canaries): one-shot ε ≈ "
