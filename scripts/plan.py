@@ -96,7 +96,7 @@ def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
       noise_multiplier=args.noise_multiplier, target_epsilon=args.target_epsilon,
       mechanisms=_mechanisms(args.mechanisms), buffers=args.buffers, trials=args.trials,
       robustness=robustness, bandmf_max_seconds=args.bandmf_max_seconds,
-      compare=args.compare or "rms_noise")
+      compare=args.compare or "rms_noise", model_dimension=args.model_dimension)
 
 
 def plan_data(plan: plan_lib.Plan, params: Optional[dict[str, str]]) -> dict:
@@ -149,6 +149,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--mechanisms", default=",".join(plan_lib.DEFAULT_MECHANISMS),
                       help=f"comma-separated, from {', '.join(catalog.names())}")
   parser.add_argument("--buffers", type=int, default=4, help="BLT buffers d")
+  parser.add_argument("--model_dimension", type=int, default=None,
+                      help="d, the model's parameters: also state each mechanism's noise "
+                           "against the clipped signal and warn when it is beyond what learns")
   parser.add_argument("--trials", type=int, default=5, help="emulation trials")
   parser.add_argument("--robustness", default=",".join(map(str, plan_lib.DEFAULT_ROBUSTNESS)),
                       help="fractions f: also report ε and losses at min-sep ⌊f·b⌋")

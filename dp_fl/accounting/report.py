@@ -20,6 +20,7 @@ import math
 from typing import Any, Optional
 
 from dp_fl import _checks
+from dp_fl.accounting import adaptive_clipping
 from dp_fl.accounting import amplification
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import zcdp
@@ -114,6 +115,7 @@ class PrivacyReport:
   epsilon_lower_bound: Optional[float] = None
   scope: tuple[tuple[str, str], ...] = ()
   caveats: tuple[str, ...] = ()
+  adaptive_clipping: Optional[adaptive_clipping.EstimatorCost] = None
 
   @property
   def sensitivity_is_lower_bound(self) -> bool:
@@ -148,7 +150,8 @@ class PrivacyReport:
                             "entire local dataset."),
         "adjacency": ("Zero-out: neighbouring datasets differ by replacing all contributions of "
                       "one client with zeros."),
-        "accounting": f"{self.accounting_method}; (ε, δ) from ρ by {self.conversion}.",
+        "accounting": f"{self.accounting_method}; (ε, δ) from ρ by {self.conversion}."
+                      + _estimator_accounting(self.adaptive_clipping),
         "accounting_assumptions": (
             f"{p.source.capitalize()} participation over {p.rounds} rounds: every client took "
             f"part at most {p.max_participations} times, any two participations at least "
@@ -177,8 +180,23 @@ class PrivacyReport:
         (f"ε at δ = {self.delta:g}", f"{self.epsilon:.6g}" + (
             f" (upper bound; ε of the lower bound {self.epsilon_lower_bound:.6g})"
             if self.sensitivity_is_lower_bound else "")),
-    ]
+    ] + _estimator_rows(self.adaptive_clipping)
     return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
+
+
+def _estimator_rows(cost: Optional[adaptive_clipping.EstimatorCost]) -> list[tuple[str, str]]:
+  if cost is None:
+    return [("clip norm", "fixed")]
+  return [("clip norm", "adaptive, from ζ₀ above (Andrew et al. 2021)"),
+          ("adaptive clipping", cost.describe())]
+
+
+def _estimator_accounting(cost: Optional[adaptive_clipping.EstimatorCost]) -> str:
+  if cost is None:
+    return ""
+  return (" The adaptive clip norm's noised counts are a second Gaussian mechanism on the "
+          "same participations, composed with the updates' (dp_fl/accounting/"
+          f"adaptive_clipping.py): {cost.describe()}.")
 
 
 def gaussian_claim(report: Any) -> bool:
@@ -192,7 +210,9 @@ def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: P
                             delta: float, *, clip_norm: Optional[float] = None,
                             clients_per_round: Optional[int] = None,
                             scope: tuple[tuple[str, str], ...] = (),
-                            caveats: tuple[str, ...] = ()) -> PrivacyReport:
+                            caveats: tuple[str, ...] = (),
+                            clip_estimator: Optional[adaptive_clipping.ClipEstimator] = None
+                            ) -> PrivacyReport:
   """The privacy report of a DP-FTRL run (paper 004, Sec. 3.1 and App. C).
 
   ρ = sens² / (2σ²) with sens the mechanism's sensitivity under the participation given
@@ -208,17 +228,31 @@ def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: P
     delta: δ.
     clip_norm: ζ, for the record.
     clients_per_round: the fixed denominator, for the record.
+    clip_estimator: the adaptive clip norm's estimator (None: fixed ζ); its counts are
+      composed in for the participation's k (dp_fl/accounting/adaptive_clipping.py).
 
   Returns:
     A `PrivacyReport`.
   """
   sens = mechanism.sensitivity(participation.rounds, participation.min_sep,
                                participation.max_participations)
-  guarantee = zcdp.matrix_mechanism_guarantee(sens.guaranteed, noise_multiplier, delta)
+  guarantee = _composed(zcdp.matrix_mechanism_guarantee(sens.guaranteed, noise_multiplier,
+                                                        delta),
+                        clip_estimator, participation.max_participations)
   lower = None
   notes = [f"Sensitivity by {sens.method}."]
+  cost = None
+  if clip_estimator is not None:
+    estimator_rho = clip_estimator.rho(participation.max_participations)
+    cost = clip_estimator.cost(participation.max_participations, estimator_rho,
+                               estimator_rho / guarantee.rho)
+    notes.append(
+        f"ρ = {guarantee.rho - estimator_rho:.6g} (the updates, sens² / 2σ²) + "
+        f"{estimator_rho:.6g} (the adaptive clip norm's counts, k / 2z_b² with k = "
+        f"{participation.max_participations}, z_b = {clip_estimator.noise_multiplier:.4g}).")
   if not sens.is_exact:
-    lower = zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta)
+    lower = _composed(zcdp.matrix_mechanism_guarantee(sens.value, noise_multiplier, delta),
+                      clip_estimator, participation.max_participations)
     notes.append(
         f"The exact sensitivity is not known: {sens.value:.6g} (a lower bound, {sens.method}) "
         f"≤ sens ≤ {sens.guaranteed:.6g} (an upper bound, {sens.upper_method}). ρ and ε are "
@@ -238,7 +272,22 @@ def matrix_mechanism_report(mechanism, noise_multiplier: float, participation: P
       clip_norm=clip_norm, clients_per_round=clients_per_round, notes=tuple(notes),
       sensitivity_lower_bound=None if lower is None else sens.value,
       epsilon_lower_bound=None if lower is None else lower.epsilon,
-      scope=tuple(scope), caveats=tuple(caveats))
+      scope=tuple(scope), caveats=tuple(caveats), adaptive_clipping=cost)
+
+
+def _composed(guarantee: zcdp.ZcdpGuarantee,
+              clip_estimator: Optional[adaptive_clipping.ClipEstimator],
+              participations: int) -> zcdp.ZcdpGuarantee:
+  """`guarantee` with the adaptive clip norm's counts composed in (zCDP: ρ adds; the pair
+  is one Gaussian mechanism, so the exact conversion of the sum stays valid)."""
+  if clip_estimator is None:
+    return guarantee
+  rho = guarantee.rho + clip_estimator.rho(participations)
+  delta = guarantee.delta
+  return dataclasses.replace(
+      guarantee, rho=rho, epsilon=zcdp.epsilon_from_rho(rho, delta),
+      epsilon_cks=zcdp.epsilon_from_rho_cks(rho, delta),
+      epsilon_bun_steinke=zcdp.epsilon_from_rho_bun_steinke(rho, delta), epsilon_pld=None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,6 +379,8 @@ class SampledPrivacyReport:
   scope: tuple[tuple[str, str], ...] = ()
   caveats: tuple[str, ...] = ()
   epsilon_lower_bound: Optional[float] = None  # The PLD ε is a guarantee: no bracket.
+  adaptive_clipping: Optional[adaptive_clipping.EstimatorCost] = None
+  update_noise_multiplier: Optional[float] = None  # z_Δ, when `noise_multiplier` is effective.
 
   def to_dict(self) -> dict[str, Any]:
     return _report_dict(self, rho=None)
@@ -347,7 +398,13 @@ class SampledPrivacyReport:
         "unit_of_privacy": "User-level: all data of one user.",
         "adjacency": "Add/remove one user (paper 001, Sec. 2).",
         "accounting": ("Poisson-subsampled Gaussian composed over the rounds: PLD (reported ε), "
-                       "RDP and the moments accountant (paper 001) for comparison."),
+                       "RDP and the moments accountant (paper 001) for comparison."
+                       + ("" if self.adaptive_clipping is None else
+                          f" Each round is the updates' Gaussian (z_Δ = "
+                          f"{self.update_noise_multiplier:g}) and the adaptive clip norm's "
+                          "count together, one Gaussian with the effective z = "
+                          f"{self.noise_multiplier:.6g} (Andrew et al. 2021, Thm. 1): "
+                          f"{self.adaptive_clipping.describe()}.")),
         "accounting_assumptions": (
             f"Each of the {self.population} users is selected independently with probability "
             f"q = {self.sampling_probability:.6g} in each of {self.rounds} rounds; noise "
@@ -371,7 +428,10 @@ class SampledPrivacyReport:
         ("ε (RDP)", f"{self.epsilon_rdp:.6g}"),
         ("ε (moments accountant, paper 001)", f"{self.epsilon_moments_accountant:.6g}"),
         ("PLD discretization interval", f"{self.pld_value_discretization_interval:g}"),
-    ]
+    ] + _estimator_rows(self.adaptive_clipping)
+    if self.update_noise_multiplier is not None:
+      rows[1] = ("noise multiplier z (effective; updates z_Δ)",
+                 f"{self.noise_multiplier:.6g} (z_Δ = {self.update_noise_multiplier:.6g})")
     return _markdown(rows, self.checklist(), self.notes, self.scope, self.caveats)
 
 
@@ -379,8 +439,24 @@ def dpfedavg_report(population: int, expected_clients_per_round: float,
                     noise_multiplier: float, rounds: int, delta: float, *,
                     clip_norm: Optional[float] = None,
                     scope: tuple[tuple[str, str], ...] = (),
-                    caveats: tuple[str, ...] = ()) -> SampledPrivacyReport:
-  """The privacy report of T rounds of DP-FedAvg with Poisson user sampling (paper 001)."""
+                    caveats: tuple[str, ...] = (),
+                    clip_estimator: Optional[adaptive_clipping.ClipEstimator] = None,
+                    update_noise_multiplier: Optional[float] = None) -> SampledPrivacyReport:
+  """The privacy report of T rounds of DP-FedAvg with Poisson user sampling (paper 001).
+
+  With adaptive clipping, `noise_multiplier` is the effective z of the updates (z_Δ =
+  `update_noise_multiplier`) and the clip norm's counts (`clip_estimator`) together.
+  """
+  cost = None
+  if clip_estimator is not None:
+    if update_noise_multiplier is None:
+      raise ValueError("`update_noise_multiplier` (z_Δ) is required with `clip_estimator`.")
+    expected = adaptive_clipping.effective_noise_multiplier(update_noise_multiplier,
+                                                            clip_estimator.noise_multiplier)
+    if not math.isclose(expected, noise_multiplier, rel_tol=1e-9):
+      raise ValueError(f"`noise_multiplier`={noise_multiplier} is not the effective z = "
+                       f"{expected} of z_Δ = {update_noise_multiplier} and the counts' z_b.")
+    cost = clip_estimator.cost(share=(noise_multiplier / clip_estimator.noise_multiplier) ** 2)
   results = {m: dpfedavg.dpfedavg_epsilon(population, expected_clients_per_round,
                                           noise_multiplier, rounds, delta, method=m)
              for m in (dpfedavg.PLD, dpfedavg.RDP, dpfedavg.MOMENTS_ACCOUNTANT)}
@@ -397,7 +473,9 @@ def dpfedavg_report(population: int, expected_clients_per_round: float,
       epsilon=pld.epsilon, epsilon_rdp=results[dpfedavg.RDP].epsilon,
       epsilon_moments_accountant=results[dpfedavg.MOMENTS_ACCOUNTANT].epsilon,
       pld_value_discretization_interval=pld.pld_value_discretization_interval,
-      clip_norm=clip_norm, notes=notes, scope=tuple(scope), caveats=tuple(caveats))
+      clip_norm=clip_norm, notes=notes, scope=tuple(scope), caveats=tuple(caveats),
+      adaptive_clipping=cost,
+      update_noise_multiplier=None if cost is None else float(update_noise_multiplier))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,14 @@ L2 norm S before weighting, either flat (the concatenation of all tensors,
 π(Δ, S)) or per layer (π(Δ(j), S_j) with S = √(Σ S_j²), by default
 S_j = S/√m for m tensors). Cohorts may have any size (Poisson sampling).
 
+Adaptive clipping (`adaptive=quantile.QuantileEstimator`, Andrew et al. 2021, Alg. 1): S
+becomes Sₜ, the private quantile estimate of the update norms (`quantile.py`; its count has
+sensitivity ½ under add/remove), flat clipping only; the noise is z·𝕊ₜ with 𝕊ₜ the
+estimator's sensitivity at Sₜ, so the round is the S = 1 mechanism rescaled by the public
+Sₜ/1 (post-processing; `dp_ftrl.py` states the construction). Each round is then the
+Poisson-subsampled Gaussian with the effective noise multiplier (z⁻² + (2σ_b)⁻²)^(−½)
+(Andrew et al., Thm. 1; `dp_fl/accounting/adaptive_clipping.py`).
+
 As the client weight, pass the client's example count n_k (what
 `tff.learning.algorithms.build_weighted_fed_avg` does); with
 `example_cap=None` every user has w_k = 1.
@@ -35,6 +43,7 @@ from dp_fl.accounting import dpfedavg as dpfedavg_accounting
 from dp_fl.aggregators import _types
 from dp_fl.aggregators import dp_ftrl
 from dp_fl.aggregators import noise as noise_lib
+from dp_fl.aggregators import quantile as quantile_lib
 
 ESTIMATORS = ("fixed", "clipped")
 CLIPPING = ("flat", "per_layer")
@@ -46,7 +55,9 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
 
   State: OrderedDict(numerator=<record factory state>, seed=int64[2],
   round=int64). Measurements: round, clients, total_weight (Σ_{k∈𝒞} w_k),
-  denominator, clipped_count, nonfinite_count, sensitivity (𝕊), noise_stddev (σ).
+  denominator, clipped_count, nonfinite_count, sensitivity (𝕊), noise_stddev (σ); with
+  adaptive clipping the state also holds clip (the estimator's state) and the measurements
+  clip_norm (Sₜ used) and unclipped_fraction_noised (b̃ₜ).
   """
 
   def __init__(self, *, clip_norm: float, noise_multiplier: float,
@@ -56,7 +67,8 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
                layer_clip_norms: Optional[Sequence[float]] = None,
                seed: Optional[int] = None,
                record_aggregation_factory: Optional[
-                   tff.aggregators.UnweightedAggregationFactory] = None):
+                   tff.aggregators.UnweightedAggregationFactory] = None,
+               adaptive: Optional[quantile_lib.QuantileEstimator] = None):
     """Validates everything at construction.
 
     Args:
@@ -72,6 +84,8 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
         S is taken as √(Σ S_j²) and must match `clip_norm` to 1e-6 relative.
       seed: noise seed; None draws one from OS entropy. Part of the state.
       record_aggregation_factory: sums the weighted clipped updates; SumFactory by default.
+      adaptive: a `quantile.QuantileEstimator` with initial estimate `clip_norm` (flat
+        clipping only): S follows it (module docstring). Its noise has its own seed stream.
     """
     self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
     self._z = _checks.check_nonnegative("noise_multiplier", noise_multiplier)
@@ -111,6 +125,19 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
       layer_clip_norms = norms
     self._layer_clip_norms = layer_clip_norms
     self._seed = dp_ftrl.seed_pair(seed)
+    self._adaptive = adaptive
+    if adaptive is not None:
+      if not isinstance(adaptive, quantile_lib.QuantileEstimator):
+        raise ValueError(f"`adaptive` must be a quantile.QuantileEstimator or None; got "
+                         f"{type(adaptive).__name__}.")
+      if clipping != "flat":
+        raise ValueError("Adaptive clipping estimates one norm: it needs clipping='flat' "
+                         f"(got {clipping!r}).")
+      if not math.isclose(adaptive.initial_estimate, self._clip_norm, rel_tol=1e-12):
+        raise ValueError(
+            f"`adaptive.initial_estimate`={adaptive.initial_estimate} must be `clip_norm`="
+            f"{self._clip_norm} (S₀ of the adaptive clip norm).")
+      self._quantile_seed = dp_ftrl.seed_pair(seed, dp_ftrl.QUANTILE_SEED_STREAM)
     self._record_factory = _types.record_aggregation_factory(record_aggregation_factory)
 
   @property
@@ -153,8 +180,12 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
     float_sum = tff.aggregators.SumFactory().create(tff.TensorType(np.float32))
     count_sum = tff.aggregators.SumFactory().create(tff.TensorType(np.int32))
 
-    @tff.tensorflow.computation(value_type, weight_type)
-    def client_fn(value, n_k):
+    adaptive = self._adaptive
+    estimator = None if adaptive is None else adaptive.process(self._quantile_seed)
+    per_clip = sensitivity / clip_norm  # 𝕊 per unit of S.
+
+    @tff.tensorflow.computation(value_type, weight_type, np.float32)
+    def client_fn(value, n_k, clip_norm):
       leaves = _types.flatten(value)
       n_k = tf.cast(n_k, tf.float32)
       finite = tf.logical_and(
@@ -170,6 +201,7 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
         scale = tf.where(norm > 0, scale, 1.0)
         clipped = norm > clip_norm
         leaves = [x * tf.cast(scale * w_k, x.dtype) for x in leaves]
+        norm = tf.where(finite, norm, 0.0)
       else:  # π(Δ(j), S_j) per tensor.
         out, flags = [], []
         for x, s_j in zip(leaves, layer_norms):
@@ -178,43 +210,64 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
           flags.append(norm > s_j)
           out.append(x * tf.cast(scale * w_k, x.dtype))
         leaves, clipped = out, tf.reduce_any(flags)
+        norm = tf.zeros([])  # Per-layer clipping is never adaptive.
       return (_types.pack_as(value, leaves), w_k, tf.cast(clipped, tf.int32),
-              tf.cast(tf.logical_not(finite), tf.int32))
+              tf.cast(tf.logical_not(finite), tf.int32), norm)
 
     @tff.tensorflow.computation
     def init_noise():
       return collections.OrderedDict(seed=tf.constant(seed, noise_lib.SEED_DTYPE),
                                      round=tf.constant(0, noise_lib.ROUND_DTYPE))
 
-    @tff.tensorflow.computation(init_noise.type_signature.result, value_type, tf.float32)
-    def server_fn(noise_state, numerator, weight_sum):
+    @tff.tensorflow.computation(init_noise.type_signature.result, value_type, tf.float32,
+                                tf.float32)
+    def server_fn(noise_state, numerator, weight_sum, clip_now):
       if fixed:
         denominator = tf.constant(fixed_denominator, tf.float32)
       else:
         denominator = tf.maximum(tf.constant(min_denominator, tf.float32), weight_sum)
       z = noise_lib.standard_normal(noise_state["seed"], noise_state["round"], specs)
-      leaves = [x / tf.cast(denominator, x.dtype) + tf.constant(stddev, x.dtype) * z_i
+      if adaptive is None:
+        round_stddev = tf.constant(stddev, tf.float32)
+      else:  # z·𝕊ₜ, 𝕊ₜ the sensitivity at the round's Sₜ.
+        round_stddev = tf.constant(self._z * per_clip, tf.float32) * clip_now
+      leaves = [x / tf.cast(denominator, x.dtype)
+                + (tf.constant(stddev, x.dtype) if adaptive is None
+                   else tf.cast(round_stddev, x.dtype)) * z_i
                 for x, z_i in zip(_types.flatten(numerator), z)]
+      if adaptive is not None:  # min(1, S_cap / Sₜ): post-processing (quantile.py).
+        leaves = [x * tf.cast(adaptive.step_scale(clip_now), x.dtype) for x in leaves]
       new_state = collections.OrderedDict(seed=noise_state["seed"],
                                           round=noise_state["round"] + 1)
-      return _types.pack_as(numerator, leaves), denominator, new_state
+      return _types.pack_as(numerator, leaves), denominator, new_state, round_stddev
+
+    @tff.tensorflow.computation(tf.float32)
+    def sensitivity_at(clip_now):
+      return tf.constant(per_clip, tf.float32) * clip_now
 
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_zip(collections.OrderedDict(
+      state = collections.OrderedDict(
           numerator=numerator_process.initialize(),
-          noise=tff.federated_eval(init_noise, tff.SERVER)))
+          noise=tff.federated_eval(init_noise, tff.SERVER))
+      if estimator is not None:
+        state["clip"] = estimator.initialize()
+      return tff.federated_zip(state)
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS),
                                tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, weight):
-      weighted, w, was_clipped, nonfinite = tff.federated_map(
-          client_fn, tff.federated_zip((value, weight)))
+      if estimator is None:
+        clip_now = tff.federated_value(np.float32(clip_norm), tff.SERVER)
+      else:
+        clip_now = estimator.report(state.clip)
+      weighted, w, was_clipped, nonfinite, norms = tff.federated_map(
+          client_fn, tff.federated_zip((value, weight, tff.federated_broadcast(clip_now))))
       numerator = numerator_process.next(state.numerator, weighted)
       weight_sum = float_sum.next(float_sum.initialize(), w).result
-      result, denominator, noise_state = tff.federated_map(
-          server_fn, tff.federated_zip((state.noise, numerator.result, weight_sum)))
+      result, denominator, noise_state, round_stddev = tff.federated_map(
+          server_fn, tff.federated_zip((state.noise, numerator.result, weight_sum, clip_now)))
       measurements = collections.OrderedDict(
           round=state.noise.round,
           clients=tff.federated_sum(tff.federated_value(1, tff.CLIENTS)),
@@ -223,11 +276,16 @@ class DPFedAvgFactory(tff.aggregators.WeightedAggregationFactory):
           clipped_count=count_sum.next(count_sum.initialize(), was_clipped).result,
           nonfinite_count=count_sum.next(count_sum.initialize(), nonfinite).result,
           sensitivity=tff.federated_value(np.float32(sensitivity), tff.SERVER),
-          noise_stddev=tff.federated_value(np.float32(stddev), tff.SERVER),
+          noise_stddev=round_stddev,
           record_aggregation=numerator.measurements)
+      new_state = collections.OrderedDict(numerator=numerator.state, noise=noise_state)
+      if estimator is not None:
+        new_state["clip"] = estimator.next(state.clip, norms)
+        measurements["sensitivity"] = tff.federated_map(sensitivity_at, clip_now)
+        measurements.update(clip_norm=clip_now,
+                            unclipped_fraction_noised=new_state["clip"].noised_fraction)
       return tff.templates.MeasuredProcessOutput(
-          state=tff.federated_zip(collections.OrderedDict(
-              numerator=numerator.state, noise=noise_state)),
+          state=tff.federated_zip(new_state),
           result=result,
           measurements=tff.federated_zip(measurements))
 

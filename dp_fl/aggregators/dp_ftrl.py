@@ -24,6 +24,25 @@ Composition (outermost first), all TFF factories except the noise step:
 Privacy accounting (sensitivity of C under the participation schema, zCDP,
 ε) is done by `dp_fl.accounting` from the same mechanism; this module only
 guarantees that the noise added is exactly σζ C⁻¹Z for that mechanism.
+
+Adaptive clipping (`adaptive=quantile.QuantileEstimator`, Andrew et al. 2021): the clip
+norm ζₜ of round t is the private quantile estimator's (`quantile.py`, a TFF
+EstimationProcess given to TFF's clipping factory) and the round's noise is scaled by it:
+
+    Δ̃ᵗ = Σᵢ clip(Δᵢᵗ, ζₜ) + σζₜ (C⁻¹Z)_{t,:} = ζₜ · (yₜ + σ (C⁻¹Z)_{t,:}),
+    yₜ = Σᵢ clip(Δᵢᵗ, ζₜ) / ζₜ.
+
+Claim: the run is the fixed-ζ mechanism with ζ = 1 on the normalised stream y (plus the
+quantile releases), so its privacy is that of C with unit clip norm and σ, composed with the
+count releases. Proof: each client's normalised update has norm ≤ 1, so y has the same
+per-participation sensitivity as unit-ζ clipping, and the released row is ζₜ times the
+unit-ζ mechanism's row t; ζₜ is a function of the counts released before round t only, so
+the rescaling is post-processing and yₜ an adaptively chosen input. The Gaussian matrix
+mechanism with lower-triangular C keeps its guarantee for adaptively chosen inputs (Denisov,
+McMahan, Rush, Smith, Thakurta 2022, Thm. 2.1), and interleaving the count releases keeps the
+joint strategy lower-triangular (a block diag(C, I) in release order). Tested against dense
+brute force: the released prefix sums equal A(y + σC⁻¹Z) rescaled row by row
+(tests/aggregators/adaptive_clipping_test.py).
 """
 
 from __future__ import annotations
@@ -40,17 +59,30 @@ from dp_fl import _checks
 from dp_fl.aggregators import _types
 from dp_fl.aggregators import guards
 from dp_fl.aggregators import noise as noise_lib
+from dp_fl.aggregators import quantile as quantile_lib
 from dp_fl.mechanisms import streaming
 
 DEFAULT_ZEROING_MULTIPLE = 1e3  # zeroing_norm default: 1000 ζ (L2).
+QUANTILE_SEED_STREAM = 1  # `seed_pair(seed, 1)`: the adaptive clip norm's noise.
 
 
-def seed_pair(seed: Optional[int]) -> np.ndarray:
-  """The two-word int64 seed held in the state; fresh OS entropy when `seed` is None."""
+def adaptive_zeroing_norm(estimator: quantile_lib.QuantileEstimator) -> float:
+  """The zeroing norm with an adaptive clip norm: 1000 × the largest ζ the estimator can
+  reach (a numeric guard: only updates whose norm overflows clipping are zeroed)."""
+  return DEFAULT_ZEROING_MULTIPLE * estimator.max_estimate
+
+
+def seed_pair(seed: Optional[int], stream: int = 0) -> np.ndarray:
+  """The two-word int64 seed held in the state; fresh OS entropy when `seed` is None.
+
+  `stream` > 0 gives an independent seed of the same `seed` (the adaptive clip norm's noise,
+  `quantile.py`, beside the update noise's stream 0).
+  """
   if seed is not None:
     seed = _checks.check_nonnegative_int("seed", seed)
-  words = np.random.SeedSequence(seed).generate_state(2, np.uint32)
-  return words.astype(np.int64)
+  sequence = (np.random.SeedSequence(seed) if stream == 0
+              else np.random.SeedSequence(seed, spawn_key=(stream,)))
+  return sequence.generate_state(2, np.uint32).astype(np.int64)
 
 
 class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -62,7 +94,9 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
   clipping/sum state>, noise=OrderedDict(seed=int64[2], round=int64,
   buffers=<one [buffers, *shape] tensor per model tensor>)). Measurements per
   round: round, clients, clipped_count, clipped_fraction, zeroed_count,
-  nonfinite_count, noise_stddev (σζ, the std of each entry of Z).
+  nonfinite_count, noise_stddev (σζ, the std of each entry of Z); with adaptive clipping
+  also clip_norm (ζₜ used this round) and unclipped_fraction_noised (b̃ₜ, the estimator's
+  released fraction), and the state's inner clipping_norm holds the estimator's state.
   """
 
   def __init__(self, noise: Any, *, clip_norm: float,
@@ -70,7 +104,8 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
                rounds: Optional[int] = None, seed: Optional[int] = None,
                zeroing_norm: Optional[float] = None,
                record_aggregation_factory: Optional[
-                   tff.aggregators.UnweightedAggregationFactory] = None):
+                   tff.aggregators.UnweightedAggregationFactory] = None,
+               adaptive: Optional[quantile_lib.QuantileEstimator] = None):
     """Builds the factory; all arguments are validated here, not in a traced graph.
 
     Args:
@@ -89,6 +124,10 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
         zeroing factory); default 1000 ζ; math.inf disables.
       record_aggregation_factory: how clipped updates are summed;
         tff.aggregators.SumFactory() by default.
+      adaptive: a `quantile.QuantileEstimator` whose initial estimate is `clip_norm`: the
+        clip norm follows its private quantile estimate (module docstring); None: fixed ζ.
+        Its noise has its own seed stream of `seed`. The zeroing norm then defaults to
+        `adaptive_zeroing_norm`.
     """
     noise = noise_lib.from_mechanism(noise, rounds)
     self._noise = noise
@@ -101,8 +140,19 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
       rounds = streaming.check_rounds(rounds, noise.max_rounds, noise.name)
     self._rounds = rounds
     self._seed = seed_pair(seed)
+    self._adaptive = adaptive
+    if adaptive is not None:
+      if not isinstance(adaptive, quantile_lib.QuantileEstimator):
+        raise ValueError(f"`adaptive` must be a quantile.QuantileEstimator or None; got "
+                         f"{type(adaptive).__name__}.")
+      if not math.isclose(adaptive.initial_estimate, self._clip_norm, rel_tol=1e-12):
+        raise ValueError(
+            f"`adaptive.initial_estimate`={adaptive.initial_estimate} must be `clip_norm`="
+            f"{self._clip_norm} (ζ₀ of the adaptive clip norm).")
+      self._quantile_seed = seed_pair(seed, QUANTILE_SEED_STREAM)
     if zeroing_norm is None:
-      zeroing_norm = DEFAULT_ZEROING_MULTIPLE * self._clip_norm
+      zeroing_norm = (DEFAULT_ZEROING_MULTIPLE * self._clip_norm if adaptive is None
+                      else adaptive_zeroing_norm(adaptive))
     if zeroing_norm != math.inf:
       zeroing_norm = _checks.check_positive("zeroing_norm", zeroing_norm)
     if zeroing_norm < self._clip_norm:
@@ -156,6 +206,10 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
     return self._clients_per_round
 
   @property
+  def adaptive(self) -> Optional[quantile_lib.QuantileEstimator]:
+    return self._adaptive
+
+  @property
   def rounds(self) -> Optional[int]:
     return self._rounds
 
@@ -164,13 +218,17 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     """The aggregation process for `value_type` (a structure of float tensors)."""
     specs = _types.tensor_specs(value_type)
+    adaptive = self._adaptive
+    clip = (self._clip_norm if adaptive is None
+            else adaptive.process(self._quantile_seed))
+    fixed_stddev = None if adaptive is not None else self.noise_stddev
     inner_process = guards.nonfinite_zeroing_factory(
         tff.aggregators.zeroing_factory(
             self._zeroing_norm,
-            tff.aggregators.clipping_factory(self._clip_norm, self._record_factory),
+            tff.aggregators.clipping_factory(clip, self._record_factory),
             norm_order=2.0)).create(value_type)
     noise = self._noise
-    stddev = self.noise_stddev
+    sigma = self._noise_multiplier
     denominator = float(self._clients_per_round)
     seed = self._seed
 
@@ -183,8 +241,8 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
 
     noise_state_type = init_noise_state.type_signature.result
 
-    @tff.tensorflow.computation(noise_state_type, value_type)
-    def add_noise(state, value_sum):
+    @tff.tensorflow.computation(noise_state_type, value_type, np.float32)
+    def add_noise(state, value_sum, clip_norm):
       seed_, round_ = state["seed"], state["round"]
       z = noise_lib.standard_normal(seed_, round_, specs)
       sums = _types.flatten(value_sum)
@@ -192,12 +250,23 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
       results, new_buffers = [], []
       for z_i, sum_i, buffer_i in zip(z, sums, buffers):
         noise_i, buffer_i = noise.step(z_i, buffer_i, round_)
-        results.append((sum_i + tf.constant(stddev, sum_i.dtype) * noise_i)
-                       / tf.constant(denominator, sum_i.dtype))
+        # σζₜ: ζₜ is the round's clip norm (fixed, or the estimator's, module docstring).
+        stddev = (tf.constant(fixed_stddev, sum_i.dtype) if fixed_stddev is not None
+                  else tf.constant(sigma, sum_i.dtype) * tf.cast(clip_norm, sum_i.dtype))
+        result_i = (sum_i + stddev * noise_i) / tf.constant(denominator, sum_i.dtype)
+        if adaptive is not None:  # min(1, ζ_cap / ζₜ): post-processing (quantile.py).
+          result_i = result_i * tf.cast(adaptive.step_scale(clip_norm), sum_i.dtype)
+        results.append(result_i)
         new_buffers.append(buffer_i)
       new_state = collections.OrderedDict(
           seed=seed_, round=round_ + 1, buffers=new_buffers)
       return _types.pack_as(value_sum, results), new_state
+
+    @tff.tensorflow.computation(np.float32)
+    def noise_stddev(clip_norm):
+      if fixed_stddev is not None:
+        return tf.constant(fixed_stddev, tf.float32)
+      return tf.constant(sigma, tf.float32) * clip_norm
 
     @tff.tensorflow.computation(tf.int32, tf.int32)
     def fraction(count, clients):
@@ -213,11 +282,13 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
                                tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
       inner_output = inner_process.next(state.inner, value)
-      result, noise_state = tff.federated_map(
-          add_noise, tff.federated_zip((state.noise, inner_output.result)))
-      clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
       zeroing = inner_output.measurements.nonfinite
-      clipped_count = zeroing.zeroing.clipped_count
+      clipping = zeroing.zeroing
+      clip_norm = clipping.clipping_norm  # ζₜ, the norm this round clipped to.
+      result, noise_state = tff.federated_map(
+          add_noise, tff.federated_zip((state.noise, inner_output.result, clip_norm)))
+      clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
+      clipped_count = clipping.clipped_count
       measurements = collections.OrderedDict(
           round=state.noise.round,
           clients=clients,
@@ -226,8 +297,12 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
               fraction, tff.federated_zip((clipped_count, clients))),
           zeroed_count=zeroing.zeroed_count,
           nonfinite_count=inner_output.measurements.nonfinite_count,
-          noise_stddev=tff.federated_value(np.float32(stddev), tff.SERVER),
-          record_aggregation=zeroing.zeroing.clipping)
+          noise_stddev=tff.federated_map(noise_stddev, clip_norm),
+          record_aggregation=clipping.clipping)
+      if adaptive is not None:
+        estimator_state = inner_output.state.inner_agg.inner_agg.clipping_norm
+        measurements.update(clip_norm=clip_norm,
+                            unclipped_fraction_noised=estimator_state.noised_fraction)
       return tff.templates.MeasuredProcessOutput(
           state=tff.federated_zip(collections.OrderedDict(
               inner=inner_output.state, noise=noise_state)),

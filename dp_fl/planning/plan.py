@@ -41,6 +41,7 @@ from dp_fl.accounting import report as report_lib
 from dp_fl.mechanisms import blt as blt_lib
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
+from dp_fl.mechanisms import signal_to_noise as signal_to_noise_lib
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import extrapolation
 
@@ -91,10 +92,13 @@ class PlanSettings:
   robustness: tuple[float, ...] = DEFAULT_ROBUSTNESS
   bandmf_max_seconds: float = 120.0
   compare: str = "rms_noise"
+  model_dimension: Optional[int] = None  # d: with it, the noise guard's ratios (issue #42).
 
   def __post_init__(self):
     _checks.check_positive_int("population", self.population)
     _checks.check_positive_int("report_goal", self.report_goal)
+    if self.model_dimension is not None:
+      _checks.check_positive_int("model_dimension", self.model_dimension)
     if self.report_goal > self.population:
       raise ValueError(f"`report_goal`={self.report_goal} exceeds `population`="
                        f"{self.population}; a round cannot take more devices than exist.")
@@ -250,6 +254,9 @@ class MechanismPlan:
   robustness: tuple[Scenario, ...]
   epsilon_vs_rounds: tuple[tuple[int, float], ...]
   notes: tuple[str, ...]
+  # With `PlanSettings.model_dimension`: one round's noise / ζ and the summed updates' noise /
+  # nζ (`dp_fl/mechanisms/signal_to_noise.py`); None without it or without streaming noise.
+  signal_to_noise: Optional[signal_to_noise_lib.SignalToNoise] = None
 
   @property
   def rms_noise(self) -> float:
@@ -270,6 +277,8 @@ class MechanismPlan:
         "robustness": [s.to_dict() for s in self.robustness],
         "epsilon_vs_rounds": [list(p) for p in self.epsilon_vs_rounds],
         "notes": list(self.notes), "params": self.params,
+        "signal_to_noise": (None if self.signal_to_noise is None
+                            else dataclasses.asdict(self.signal_to_noise)),
     }
 
 
@@ -328,6 +337,16 @@ class Plan:
       out.append(f"the realized min-sep ({p.min_sep}) is below the optimistic ⌊N/m⌋ = "
                  f"{p.optimistic_min_sep}: a mechanism optimized for the formula would be "
                  "optimized for the wrong b")
+    from dp_fl.training import noise_guard  # pylint: disable=g-import-not-at-top
+    for m in self.mechanisms:
+      ratios = m.signal_to_noise
+      if ratios is not None and ratios.prefix_noise > noise_guard.PREFIX_NOISE_LIMIT:
+        out.append(
+            f"{m.name}: the noise of the summed updates is {ratios.prefix_noise:.3g}× the "
+            f"largest signal they can carry (limit {noise_guard.PREFIX_NOISE_LIMIT:g}, "
+            "dp_fl/training/noise_guard.py): a model is unlikely to learn; about "
+            f"{math.ceil(s.report_goal * ratios.prefix_noise / noise_guard.PREFIX_NOISE_LIMIT)}"
+            " devices per round at this σ, or a larger ε, bring it in")
     return out
 
   def to_dict(self) -> dict[str, Any]:
@@ -424,6 +443,11 @@ def plan_mechanism(name: str, settings: PlanSettings, prediction: Prediction,
     robustness = tuple(_scenario(mechanism, settings, sigma, s, None, (max_error, rms_error))
                        for s in lower_seps)
     curve = _epsilon_curve(mechanism, settings, sigma, b, k)
+  ratios = None
+  if settings.model_dimension is not None and mechanism.buffers(n) is not None:
+    ratios = signal_to_noise_lib.signal_to_noise(
+        mechanism.streaming_noise(n).materialize(n), rounds=n, noise_multiplier=sigma,
+        clients_per_round=settings.report_goal, model_dimension=settings.model_dimension)
   notes = list(built.notes)
   if planned.sensitivity_kind != "exact":
     notes.append("sensitivity only bracketed (paper 004, Remark 3.2): ε uses the upper "
@@ -432,7 +456,7 @@ def plan_mechanism(name: str, settings: PlanSettings, prediction: Prediction,
       name=name, params=mechanism.to_dict(), optimize_seconds=built.optimize_seconds,
       noise_multiplier=sigma, buffers=mechanism.buffers(n), rms_error=rms_error,
       max_error=max_error, planned=planned, optimistic=optimistic, robustness=robustness,
-      epsilon_vs_rounds=curve, notes=tuple(notes))
+      epsilon_vs_rounds=curve, notes=tuple(notes), signal_to_noise=ratios)
 
 
 def make_plan(settings: PlanSettings) -> Plan:
@@ -507,6 +531,14 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
         f"{m.planned.rho:>10.4g} {m.planned.epsilon:>9.4g} {m.optimistic.epsilon:>13.4g} "
         f"{m.rms_noise:>10.4g} {m.max_noise:>10.4g} "
         f"{'-' if m.buffers is None else m.buffers:>8} {m.optimize_seconds:>7.1f}")
+  if s.model_dimension is not None:
+    lines += ["", f"Noise against signal for a model of d = {s.model_dimension} parameters "
+              "(the noise guard's ratios; the training run adds the model's own):"]
+    for m in plan.mechanisms:
+      r = m.signal_to_noise
+      lines.append(f"  {m.name:<10} " + ("no streaming noise" if r is None else
+                   f"one round's noise {r.round_noise:.3g}× ζ; summed updates' noise "
+                   f"{r.prefix_noise:.3g}× their largest signal nζ"))
   lines += ["", "Robustness (paper 004 Fig. 6): if the realized min-sep comes out lower, at the "
             "same σ:"]
   for m in plan.mechanisms:

@@ -29,6 +29,7 @@ from dp_fl import resources
 from dp_fl.execution import learners
 from dp_fl.training import calibration
 from dp_fl.training import config as config_lib
+from dp_fl.training import noise_guard
 from dp_fl.training import registry
 
 _HELP = {
@@ -65,6 +66,9 @@ _HELP = {
     "audit_canaries": "K canary clients for the empirical privacy audit (0: none); the "
                       "privacy report gains an audited ε next to the accounted one",
     "audit_strict": "exit non-zero when the audit's lower bound exceeds the accounted ε",
+    "noise_guard": "the DP noise against the clipped signal: state it and warn when it is "
+                   "beyond what learns (warn), also scale the server learning rate down to "
+                   "the limit (scale: the presets'), or neither (off)",
     "runtime": "how rounds execute: " + "; ".join(
         f"{name} ({r.description})" for name, r in learners.RUNTIMES.items()),
 }
@@ -77,7 +81,8 @@ _CHOICES = {"mechanism": tuple(registry.MECHANISMS),
             "participation": tuple(registry.PARTICIPATIONS),
             "on_nonfinite": config_lib.ON_NONFINITE,
             "client_optimizer": config_lib.CLIENT_OPTIMIZERS,
-            "server_optimizer": config_lib.SERVER_OPTIMIZERS}
+            "server_optimizer": config_lib.SERVER_OPTIMIZERS,
+            "noise_guard": noise_guard.GUARDS}
 
 
 def parse_bool(text: str) -> bool:
@@ -363,10 +368,17 @@ def _compare(args: argparse.Namespace,
   from dp_fl.training import compare as compare_lib  # pylint: disable=g-import-not-at-top
   resources.set_budgets_from_flags(args.memory_budget_gb, args.time_budget_hours)
   mechanisms = _parse_list("mechanisms", args.mechanisms, str)
-  unknown = [m for m in mechanisms if m not in registry.MECHANISMS]
+  unknown = [m for m in mechanisms
+             if m.split(registry.ADAPTIVE_VARIANT)[0] not in registry.MECHANISMS]
   if unknown:
     raise ValueError(f"--mechanisms={args.mechanisms!r}: unknown {unknown}; known: "
-                     f"{', '.join(registry.MECHANISMS)}.")
+                     f"{', '.join(registry.MECHANISMS)} (and <name>"
+                     f"{registry.ADAPTIVE_VARIANT} for adaptive clipping).")
+  for label in mechanisms:
+    try:
+      registry.variant(label)
+    except ValueError as e:
+      raise ValueError(f"--mechanisms={args.mechanisms!r}: {e}") from e
   factors = _parse_list("lr_factors", args.lr_factors, float)
   if any(not (f > 0 and f < float("inf")) for f in factors):
     raise ValueError(f"--lr_factors={args.lr_factors!r} must be positive finite numbers, "
@@ -392,21 +404,24 @@ def _compare(args: argparse.Namespace,
       raise ValueError(f"--participations={args.participations!r}: unknown {unknown}; known: "
                        f"{', '.join(registry.PARTICIPATIONS)}.")
 
-  def config_for(mechanism: str, participation: Optional[str] = None):
-    """The run's config as if its mechanism (and participation) had been given as flags."""
-    flags = {"mechanism": mechanism}
+  def config_for(label: str, participation: Optional[str] = None):
+    """The run's config as if its mechanism (and participation) had been given as flags; a
+    variant's settings (`registry.variant`) as if given too, unless the user gave them."""
+    mechanism, settings = registry.variant(label)
+    flags = {k: v for k, v in settings.items() if getattr(args, k, None) is None}
+    flags["mechanism"] = mechanism
     if participation is not None:
       flags["participation"] = participation
     return settings_and_config(argparse.Namespace(**{**vars(args), **flags}))[1]
 
   try:
     runs = []
-    for mechanism in mechanisms:  # Every configuration valid before any training.
-      config = config_for(mechanism)
+    for label in mechanisms:  # Every configuration valid before any training.
+      config = config_for(label)
       schemes = list(participations or [config.participation])
-      private = registry.mechanism(mechanism).private
+      private = registry.mechanism(config.mechanism).private
       for participation in (schemes if private else schemes[:1]):
-        runs.append((mechanism, config_for(mechanism, participation).participation))
+        runs.append((config.mechanism, config_for(label, participation).participation))
     check_flags_read(args, runs)  # A flag is kept if some compared run reads it.
     settings, _ = settings_and_config(args)
     task = make_task(settings)

@@ -177,10 +177,10 @@ def _entries(mechanisms: Sequence[str], participations: Optional[Sequence[str]],
   non-private references once, under the first); labels `mechanism@participation` when
   several participations are compared."""
   out = []
-  for mechanism in mechanisms:
+  for mechanism in mechanisms:  # A label: a mechanism, or a variant (`registry.variant`).
     base = config_for(mechanism)
     schemes = list(participations) if participations else [base.participation]
-    private = registry.mechanism(mechanism).private
+    private = registry.mechanism(base.mechanism).private
     for participation in (schemes if private else schemes[:1]):
       label = mechanism if len(schemes) == 1 else f"{mechanism}@{participation}"
       # The scheme's own settings from the user's flags (e.g. --population_sampling_rate).

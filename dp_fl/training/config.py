@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from dp_fl import _checks
 from dp_fl import files
 from dp_fl import settings as settings_lib
+from dp_fl.training import noise_guard
 from dp_fl.training import policies
 
 ON_NONFINITE = policies.ON_NONFINITE
@@ -65,7 +66,7 @@ _POSITIVE_INTS = ("rounds", "clients_per_round", "min_sep", "client_epochs", "ev
                   "checkpoint_every", "keep_checkpoints")
 _POSITIVE = ("server_adam_epsilon", "client_learning_rate", "server_learning_rate")
 _CHOICES = {"on_nonfinite": ON_NONFINITE, "server_optimizer": SERVER_OPTIMIZERS,
-            "client_optimizer": CLIENT_OPTIMIZERS}
+            "client_optimizer": CLIENT_OPTIMIZERS, "noise_guard": noise_guard.GUARDS}
 
 
 # A settings field / a name without settings (dp_fl/settings.py, shared with participation).
@@ -128,6 +129,9 @@ class TrainingConfig:
       (dp_fl/training/canaries.py; 0: none). They join the population, so K is
       privacy-relevant (a resumed run keeps its canaries).
     audit_strict: exit non-zero when the audit's lower bound exceeds the accounted ε.
+    noise_guard: one of noise_guard.GUARDS: state the noise-to-signal ratios and warn when
+      the noise is beyond what learns ("warn"), also scale the server learning rate down to
+      the limit ("scale", the task presets'), or neither ("off"); dp_fl/training/noise_guard.py.
   """
   task: str
   root_dir: str
@@ -161,6 +165,7 @@ class TrainingConfig:
   runtime: str = "tff_worker"
   audit_canaries: int = 0
   audit_strict: bool = False
+  noise_guard: str = "warn"
 
   def __post_init__(self):
     if not isinstance(self.task, str) or not self.task:

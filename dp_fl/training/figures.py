@@ -11,6 +11,8 @@
 | figures/epsilon.png           | ε at δ vs rounds, from the participation realized so far        |
 | figures/participation.png     | clients by number of rounds taken part in (the ledger's         |
 |                               | histogram), with the realized min-sep                           |
+| figures/clip_norm.png         | adaptive clipping: the clip norm per round and the released     |
+|                               | (noised) fraction of unclipped updates, next to the target      |
 
 The program writes them at the end of every call of `program.run` (completed, stopped or
 interrupted), so they always show the run up to its last round; `python -m
@@ -144,6 +146,44 @@ def participation_figure(realized: Mapping[str, Any], title: str) -> Optional[An
   return figure
 
 
+def _column(rows: Sequence[Mapping[str, float]], suffix: str) -> Optional[str]:
+  """The metrics column whose name ends with `/suffix` (the aggregator's prefix varies)."""
+  for row in rows:
+    for key in row:
+      if key == suffix or key.endswith("/" + suffix):
+        return key
+  return None
+
+
+def clip_norm_figure(train: Sequence[Mapping[str, float]], target: Optional[float],
+                     title: str) -> Optional[Any]:
+  """The adaptive clip norm per round (log scale) and the noised unclipped fraction."""
+  clip_key = _column(train, "clip_norm")
+  if clip_key is None:
+    return None
+  figure, ax = writers.new_figure()
+  x, y = _series(train, clip_key)
+  ax.plot(x, y, color="tab:blue", label="clip norm ζₜ")
+  ax.set_yscale("log")
+  ax.set_xlabel("round")
+  ax.set_ylabel("clip norm")
+  fraction_key = _column(train, "unclipped_fraction_noised")
+  if fraction_key is not None:
+    twin = ax.twinx()
+    fx, fy = _series(train, fraction_key)
+    twin.plot(fx, fy, ".", color="tab:orange", markersize=3,
+              label="unclipped fraction (noised, released)")
+    if target is not None:
+      twin.axhline(target, color="tab:orange", linestyle="--", linewidth=1,
+                   label=f"target quantile γ = {target:g}")
+    twin.set_ylabel("fraction of updates unclipped")
+    twin.legend(loc="lower right", fontsize=7)
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend(loc="upper left", fontsize=7)
+  return figure
+
+
 def write_run_report(root_dir: str) -> dict[str, str]:
   """Writes the figures of the run in `root_dir` and `report.md`; returns {figure: path}.
 
@@ -171,6 +211,9 @@ def write_run_report(root_dir: str) -> dict[str, str]:
                                 f"{name}: privacy spent vs rounds"),
       "participation": participation_figure(summary.get("realized_participation") or {},
                                             f"{name}: participation per client"),
+      "clip_norm": clip_norm_figure(
+          train, (config.get("mechanism_settings") or {}).get("target_unclipped_quantile"),
+          f"{name}: adaptive clip norm"),
   }
   written = {}
   for key, figure in figures.items():
@@ -202,10 +245,33 @@ def report_markdown(summary: Mapping[str, Any], config: Mapping[str, Any],
     lines.append(f"Privacy: ε = {epsilon:.4g} at δ = {summary.get('delta'):g} from the "
                  "participation realized (an upper bound); what it covers and assumes: "
                  "[privacy_report.md](privacy_report.md).")
+  guard = summary.get("noise_guard")
+  if guard:
+    ratios = guard["ratios"]
+    model = ratios.get("model_noise")
+    lines += ["", "## Noise against signal (the noise guard)", "",
+              f"One round's noise is {ratios['round_noise']:.3g}× the clip norm; the summed "
+              f"updates' noise {ratios['prefix_noise']:.3g}× their largest signal (limit "
+              f"{guard['prefix_noise_limit']:g})" + ("" if model is None else
+              f"; the noise left in the final model {model:.3g}× the initial model's norm "
+              f"(limit {guard['model_noise_limit']:g})") + "."]
+    if not guard["learnable"]:
+      lines.append(f"**Beyond what learns** by {guard['excess']:.3g}×: a cohort of "
+                   f"{guard['suggested_cohort']}" + (
+                       "" if guard["suggested_epsilon"] is None else
+                       f" or ε ≈ {guard['suggested_epsilon']:.3g}") + " would bring it in; "
+                   f"server learning rate × {guard['learning_rate_scale']:.3g} "
+                   "(`--noise_guard=scale` applies it).")
+  drift = summary.get("noise_drift")
+  if drift:
+    lines += ["", f"**Drifting on noise**: at round {drift['round']:g} the evaluation loss "
+              f"{drift['loss']:.4g} exceeded {noise_drift_factor():g}× the reference "
+              f"{drift['reference']:.4g}."]
   captions = {"loss": "Loss vs rounds (dashed: the best context-free loss)",
               "evaluation": "Held-out accuracy vs rounds (dashed: the unigram baseline)",
               "epsilon": "ε vs rounds",
-              "participation": "Participation per client"}
+              "participation": "Participation per client",
+              "clip_norm": "Adaptive clip norm and the released unclipped fraction"}
   if figures:
     lines += ["", "## Figures", ""]
     for key, path in figures.items():
@@ -214,6 +280,11 @@ def report_markdown(summary: Mapping[str, Any], config: Mapping[str, Any],
   lines += ["", "Files: `config.json`, `metrics/train.csv`, `metrics/eval.csv`, "
             "`metrics/privacy.csv`, `summary.json`, `privacy_report.md`, `tensorboard/`."]
   return "\n".join(lines) + "\n"
+
+
+def noise_drift_factor() -> float:
+  from dp_fl.training import noise_guard  # pylint: disable=g-import-not-at-top
+  return noise_guard.DRIFT_FACTOR
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -88,6 +88,13 @@ def release_scope(config: Any, sampled: bool = False) -> Scope:
                "released models alone and publishes the canaries' coins and scores (not "
                "their secret, which is in the checkpoints and in the inserted canaries' "
                "client inputs)."),)
+  if getattr(config.mechanism_settings, "adaptive_clipping", False):
+    scope += (("adaptive clip norm", "The clip norm of round t is ζ₀ = --clip_norm moved by the "
+               "noised fractions of unclipped updates of the earlier rounds (Andrew et al. "
+               "2021; the train.csv columns clip_norm and unclipped_fraction_noised): those "
+               "fractions are released and covered — the accounted ε composes their noise "
+               "with the updates' — and the round's noise is scaled by its clip norm. The "
+               "un-noised clipped_count / clipped_fraction columns remain NOT covered."),)
   caveats = ()
   if config.noise_seed_is_public:
     caveats = (f"the noise and the client sampling derive from reproducible_noise_seed="
@@ -125,9 +132,13 @@ class MatrixMechanismAccountant(Accountant):
   """DP-FTRL (paper 004, Sec. 3.1): ρ-zCDP of the matrix mechanism under the realized (n, b, k)."""
 
   def __init__(self, mechanism: Any, noise_multiplier: float, clip_norm: float,
-               clients_per_round: int, delta: float, scope: Scope = ((), ())):
+               clients_per_round: int, delta: float, scope: Scope = ((), ()),
+               clip_estimator: Any = None):
     """Args: mechanism (a dp_fl.mechanisms.catalog Mechanism), noise_multiplier σ,
-    clip_norm ζ, clients_per_round m, delta, scope ((scope, caveats) from `release_scope`)."""
+    clip_norm ζ, clients_per_round m, delta, scope ((scope, caveats) from `release_scope`),
+    clip_estimator (the adaptive clip norm's `adaptive_clipping.ClipEstimator`, composed
+    for the realized k; None for a fixed clip norm)."""
+    self._clip_estimator = clip_estimator
     self._mechanism = mechanism
     self._sigma = noise_multiplier
     self._clip = clip_norm
@@ -141,7 +152,8 @@ class MatrixMechanismAccountant(Accountant):
       return None
     return report_lib.matrix_mechanism_report(
         self._mechanism, self._sigma, participation, self._delta, clip_norm=self._clip,
-        clients_per_round=self._m, scope=self._scope, caveats=self._caveats)
+        clients_per_round=self._m, scope=self._scope, caveats=self._caveats,
+        clip_estimator=self._clip_estimator)
 
   def epsilon(self, realized):
     report = self.report(realized)
@@ -159,9 +171,14 @@ class PoissonAccountant(Accountant):
 
   def __init__(self, population: int, expected_clients_per_round: float,
                noise_multiplier: float, clip_norm: float, delta: float,
-               scope: Scope = ((), ())):
-    """Args: population K, expected_clients_per_round C̃ = qK, noise_multiplier z,
-    clip_norm S, delta, scope ((scope, caveats) from `release_scope`)."""
+               scope: Scope = ((), ()), clip_estimator: Any = None,
+               update_noise_multiplier: Optional[float] = None):
+    """Args: population K, expected_clients_per_round C̃ = qK, noise_multiplier z (with
+    adaptive clipping the effective z of the updates' z_Δ = `update_noise_multiplier` and
+    the counts of `clip_estimator`), clip_norm S, delta, scope ((scope, caveats) from
+    `release_scope`)."""
+    self._clip_estimator = clip_estimator
+    self._update_z = update_noise_multiplier
     self._population = population
     self._expected = expected_clients_per_round
     self._z = noise_multiplier
@@ -174,7 +191,10 @@ class PoissonAccountant(Accountant):
       return None
     return report_lib.dpfedavg_report(self._population, self._expected, self._z,
                                       realized.num_rounds, self._delta, clip_norm=self._clip,
-                                      scope=self._scope, caveats=self._caveats)
+                                      scope=self._scope, caveats=self._caveats,
+                                      clip_estimator=self._clip_estimator,
+                                      update_noise_multiplier=(
+                                          self._update_z if self._clip_estimator else None))
 
   def epsilon(self, realized):
     if realized.num_rounds == 0:

@@ -57,6 +57,7 @@ from dp_fl.training import checkpoints as checkpoints_lib
 from dp_fl.training import config as config_lib
 from dp_fl.training import figures
 from dp_fl.training import loop as loop_lib
+from dp_fl.training import noise_guard
 from dp_fl.training import outputs as outputs_lib
 from dp_fl.training import policies as policies_lib
 from dp_fl.training import privacy as privacy_lib
@@ -81,6 +82,8 @@ class RunResult:
   message: str = ""
   empty_rounds: int = 0  # Skipped in this call: no client could take part (loop.py).
   audit: Optional[dict[str, Any]] = None  # The "empirical" section (--audit_canaries).
+  noise_guard: Optional[dict[str, Any]] = None  # noise_guard.Assessment.to_dict().
+  noise_drift: Optional[dict[str, float]] = None  # The evaluation that drifted, if any.
 
   @property
   def audit_failed(self) -> bool:
@@ -170,16 +173,44 @@ def _dimension_kwargs(entry: registry.MechanismEntry,
   return {"model_dimension": dimension} if entry.needs_model_dimension else {}
 
 
+def assess_noise(task: task_lib.Task, config: config_lib.TrainingConfig, mechanism: Any,
+                 num_clients: int) -> Optional[noise_guard.Assessment]:
+  """The noise guard's verdict on the run (`noise_guard.py`; None without noise, with
+  `--noise_guard=off`, or for a C that cannot stream): from public settings and the initial
+  model of the run's seed."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  entry = registry.mechanism(config.mechanism)
+  if not entry.private or config.noise_guard == "off" or config.noise_multiplier == 0:
+    return None
+  inverse = None
+  if mechanism is not None:
+    try:
+      inverse = mechanism.streaming_noise(config.rounds).materialize(config.rounds)
+    except ValueError:
+      return None
+  tf.keras.utils.set_random_seed(config.seed)
+  weights = [np.asarray(w) for w in task.keras_model_fn().trainable_weights]
+  return noise_guard.assess(
+      config, inverse, registry.expected_cohort(config, num_clients),
+      int(sum(w.size for w in weights)),
+      float(np.sqrt(sum(np.sum(np.square(w, dtype=np.float64)) for w in weights))),
+      lambda sigma: entry.planned_epsilon_at(config, sigma, num_clients), num_clients)
+
+
 def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int,
-                     noise_seed: Optional[int] = None, dimension: Optional[int] = None):
+                     noise_seed: Optional[int] = None, dimension: Optional[int] = None,
+                     max_step_clip_norm: Optional[float] = None):
   """The model aggregator of the run's mechanism (dp_fl.aggregators, via registry.py).
 
   `noise_seed` None draws the noise seed from OS entropy (it is then only in the state);
-  `dimension`: the model's number of parameters, for mechanisms that need it.
+  `dimension`: the model's number of parameters, for mechanisms that need it;
+  `max_step_clip_norm`: the noise guard's step cap of an adaptive clip norm.
   """
   entry = registry.mechanism(config.mechanism)
-  return entry.aggregator(config, mechanism, num_clients, noise_seed,
-                          **_dimension_kwargs(entry, dimension))
+  kwargs = _dimension_kwargs(entry, dimension)
+  if max_step_clip_norm is not None:
+    kwargs["max_step_clip_norm"] = max_step_clip_norm
+  return entry.aggregator(config, mechanism, num_clients, noise_seed, **kwargs)
 
 
 def build_learning_process(task: task_lib.Task, config: config_lib.TrainingConfig,
@@ -419,8 +450,10 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   entry = registry.mechanism(config.mechanism)
   dimension = model_dimension(task) if entry.needs_model_dimension else None
   scheduler_seed, noise_seed = secret_seeds(config)
+  guard = assess_noise(task, config, start.mechanism, start.num_clients)
+  config = noise_guard.apply(config, guard)  # The server rate, if --noise_guard=scale.
   aggregator = build_aggregator(config, start.mechanism, start.num_clients, noise_seed,
-                                dimension)
+                                dimension, noise_guard.max_step_clip_norm(config, guard))
   scheduler = build_scheduler(config, start.num_clients, scheduler_seed)
   accountant = entry.accountant(config, start.mechanism, start.num_clients,
                                 **_dimension_kwargs(entry, dimension))
@@ -439,6 +472,9 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
     rounds_done = resumed_from = start.restored.round
   outputs = outputs_lib.RunOutputs(config.root_dir, rounds_done, progress_stream)
   outputs.resumed(resumed_from, config.rounds, config.root_dir)
+  for line in guard.lines() if guard is not None else ():
+    outputs.progress(line)
+  drift = noise_guard.DriftWatch(task.baseline_metrics.get("unigram_loss"))
   write_data_quality(task, config.root_dir, outputs)
   learner = learners_lib.runtime(config.runtime).learner(
       process, state, config.client_epochs, **config.runtime_settings.learner_kwargs())
@@ -453,13 +489,20 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
                         "task": task.name, "privacy": config.privacy_record(),
                         "mechanism_sha256": start.digest})
 
+  def evaluate_and_watch() -> dict[str, float]:
+    metrics = evaluate(task, learner.model_weights())
+    message = drift.check(loop.rounds_done, metrics)
+    if message:
+      outputs.progress(message)
+    return metrics
+
   try:
     try:
-      outcome = loop_lib.TrainingLoop(
+      loop = loop_lib.TrainingLoop(
           rounds=config.rounds, rounds_done=rounds_done, learner=learner,
           participation=participation, accountant=accountant,
           save_checkpoint=save_checkpoint,
-          evaluate=lambda: evaluate(task, learner.model_weights()), outputs=outputs,
+          evaluate=evaluate_and_watch, outputs=outputs,
           meter=outputs_lib.ProgressMeter(rounds_done, config.rounds),
           policies=_policies(task, config, rounds_done, max_rounds_this_call),
           learning_rate_at=config.server_learning_rate_at,
@@ -467,12 +510,13 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
               (lambda r, ids: privacy_lib.record_release(config.root_dir, r, ids))
               if entry.client_randomness else None),
           after_apply=None if scores is None else (
-              lambda r, ids: scores.observe(ids, learner.model_weights().trainable))).run()
+              lambda r, ids: scores.observe(ids, learner.model_weights().trainable)))
+      outcome = loop.run()
     finally:
       learner.close()
       write_data_quality(task, config.root_dir, outputs)
     return _finish(task, config, outcome, resumed_from, started, participation, outputs,
-                   scores)
+                   scores, guard, drift)
   finally:
     outputs.close()
 
@@ -531,7 +575,9 @@ def _audit(config: config_lib.TrainingConfig, outcome: Any,
 
 def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any,
             resumed_from: Optional[int], started: float, participation: Any,
-            outputs: Any, scores: Optional[canaries_lib.CanaryScores] = None) -> RunResult:
+            outputs: Any, scores: Optional[canaries_lib.CanaryScores] = None,
+            guard: Optional[noise_guard.Assessment] = None,
+            drift: Optional[noise_guard.DriftWatch] = None) -> RunResult:
   """The run's result, written to summary.json."""
   result = RunResult(
       rounds_completed=outcome.rounds_done, stopped=outcome.stopped,
@@ -539,7 +585,9 @@ def _finish(task: task_lib.Task, config: config_lib.TrainingConfig, outcome: Any
       epsilon=None if outcome.report is None else outcome.report.epsilon, delta=config.delta,
       privacy_report=outcome.report, resumed_from=resumed_from,
       seconds=time.perf_counter() - started, message=outcome.message,
-      empty_rounds=outcome.empty_rounds, audit=_audit(config, outcome, scores, outputs))
+      empty_rounds=outcome.empty_rounds, audit=_audit(config, outcome, scores, outputs),
+      noise_guard=None if guard is None else guard.to_dict(),
+      noise_drift=None if drift is None else drift.drifted)
   outputs.summary(_run_summary(task, result, participation.scheduler))
   try:
     figures.write_run_report(config.root_dir)
@@ -580,6 +628,7 @@ def _run_summary(task: task_lib.Task, result: RunResult,
       "empty_rounds_this_call": result.empty_rounds,
       "realized_participation": dataclasses.asdict(scheduler.realized()),
       "audit": None if result.audit is None else audit_summary(result.audit),
+      "noise_guard": result.noise_guard, "noise_drift": result.noise_drift,
   }
 
 
@@ -640,6 +689,9 @@ def calibration_lines(config: config_lib.TrainingConfig, target_epsilon: float,
   if planned is not None:
     lines.append(f"  planned for the participation --participation={config.participation} "
                  f"realizes: {planned.describe()}")
+  if task is not None and num_clients is not None:
+    guard = assess_noise(task, config, build_mechanism(config), num_clients)
+    lines += ["  " + line for line in (guard.lines() if guard is not None else ())]
   lines.append(f"  --calibrate_epsilon={target_epsilon:g} also stops the run before any round "
                f"that would take its reported ε above {target_epsilon:g} (as --target_epsilon)")
   return lines

@@ -66,14 +66,56 @@ _setting = config_lib.setting
 
 
 @dataclasses.dataclass(frozen=True)
-class DpFtrlSettings:
-  """What every DP-FTRL C is loaded from or built for (paper 004, Alg. 1)."""
+class AdaptiveClipSettings:
+  """Adaptive clipping (Andrew et al., NeurIPS 2021): `--clip_norm` becomes ζ₀ and the clip
+  norm follows a private estimate of the `target_unclipped_quantile` γ of the update norms
+  (dp_fl/aggregators/quantile.py; its cost: dp_fl/accounting/adaptive_clipping.py)."""
+  target_unclipped_quantile: Optional[float] = _setting(
+      None, "γ: adapt the clip norm so this fraction of updates is unclipped (Andrew et al. "
+      "2021; --clip_norm is the initial value); default: a fixed clip norm", privacy=True)
+  clip_learning_rate: float = _setting(
+      0.2, "η of the adaptive clip norm's geometric update ζ ← ζ·exp(−η(b̃ − γ))",
+      privacy=True)  # Not in ε, but the released sequence: a resume keeps it.
+  clip_count_stddev: Optional[float] = _setting(
+      None, "σ_b: noise std of the adaptive clip norm's count of unclipped updates; default: "
+      "the one that gives the estimator --clip_budget_share of the planned budget",
+      privacy=True)
+  clip_budget_share: float = _setting(
+      0.1, "the adaptive clip norm's share of the privacy budget (of ρ, or of z⁻² under "
+      "Poisson sampling) when --clip_count_stddev is not given", privacy=True)
+
+  def __post_init__(self):
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    _checks.check_positive("clip_learning_rate", self.clip_learning_rate)
+    adaptive_clipping.check_budget_share(self.clip_budget_share)
+    if self.clip_count_stddev is not None:
+      _checks.check_positive("clip_count_stddev", self.clip_count_stddev)
+    if self.target_unclipped_quantile is not None:
+      _checks.check_open_unit("target_unclipped_quantile", self.target_unclipped_quantile)
+      return
+    given = [f"--{f.name}={getattr(self, f.name)!r}"
+             for f in dataclasses.fields(AdaptiveClipSettings)
+             if f.name != "target_unclipped_quantile" and getattr(self, f.name) != f.default]
+    if given:
+      raise ValueError(f"{', '.join(given)} set(s) the adaptive clip norm, which is off "
+                       "without --target_unclipped_quantile; add --target_unclipped_quantile="
+                       "0.5 (say), or drop them.")
+
+  @property
+  def adaptive_clipping(self) -> bool:
+    return self.target_unclipped_quantile is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class DpFtrlSettings(AdaptiveClipSettings):
+  """What every DP-FTRL C is loaded from or built for (paper 004, Alg. 1), and its clip norm."""
   mechanism_params: Optional[str] = _setting(
       None, "JSON file with mechanism parameters (from scripts/mechanism)", privacy=True)
   max_participations: Optional[int] = _setting(
       None, "k the mechanism is optimized for (default ceil(n/b))", privacy=True)
 
   def __post_init__(self):
+    super().__post_init__()
     if self.max_participations is not None:
       _checks.check_positive_int("max_participations", self.max_participations)
 
@@ -214,6 +256,13 @@ class MechanismEntry(abc.ABC):
     del config, num_clients
     return None
 
+  def planned_epsilon_at(self, config: "config_lib.TrainingConfig", noise_multiplier: float,
+                         num_clients: Optional[int]) -> Optional[float]:
+    """The ε the planned schedule reaches with σ = `noise_multiplier` (what the noise guard
+    suggests); None where this entry cannot re-plan it simply."""
+    del config, noise_multiplier, num_clients
+    return None
+
 
 # The last mechanism optimized in this process, by its build settings: `--calibrate_epsilon`
 # optimizes C before the run starts (and writes nothing); the run then uses that very C.
@@ -234,6 +283,38 @@ class DpFtrlEntry(MechanismEntry):
     # Every DP-FTRL C can be loaded from a file and is built for (n, b, k): `DpFtrlSettings`,
     # or a subclass with the family's own knobs (BLT's buffers, the banded families' bands).
     self.settings_type = settings_type
+
+  def check_config(self, config):
+    super().check_config(config)
+    if (config.mechanism_settings.adaptive_clipping
+        and amplified.of(schemes.scheme(config.participation)) is not None):
+      raise ValueError(
+          f"--target_unclipped_quantile with --participation={config.participation}: the "
+          "amplified analysis of this participation does not compose the adaptive clip "
+          "norm's count releases, so its ε could not be stated. Use a fixed --clip_norm, or "
+          "--participation=device_timer (min-separation, zCDP composition).")
+
+  def count_stddev(self, config, num_clients: Optional[int]) -> Optional[float]:
+    """σ_b of the adaptive clip norm's count (None for a fixed clip norm): the flag, or the
+    one whose k / (2σ_b²) is `clip_budget_share` of the planned ρ (the participation
+    `calibrate` plans for; the report charges the realized one)."""
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
+    if not settings.adaptive_clipping:
+      return None
+    if settings.clip_count_stddev is not None:
+      return settings.clip_count_stddev
+    planned = planned_participation(config, num_clients)
+    sens = self.load_or_build(config).sensitivity(
+        config.rounds, planned.min_sep, planned.max_participations).guaranteed
+    return adaptive_clipping.count_stddev_for_share(
+        zcdp.rho_from_sensitivity(sens, config.noise_multiplier), planned.max_participations,
+        settings.clip_budget_share, adaptive_clipping.ZERO_OUT)
+
+  def clip_estimator(self, config, num_clients: Optional[int]):
+    """The run's `adaptive_clipping.ClipEstimator` (None for a fixed clip norm)."""
+    return clip_estimator(config, self.count_stddev(config, num_clients), "zero_out")
 
   def load_or_build(self, config):
     """Loaded from the run directory when resuming (so a resumed run uses exactly the same
@@ -256,12 +337,14 @@ class DpFtrlEntry(MechanismEntry):
     mechanism.check_rounds(config.rounds)
     return mechanism
 
-  def aggregator(self, config, mechanism, num_clients, noise_seed=None):
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None,
+                 max_step_clip_norm=None):
     from dp_fl.aggregators import dp_ftrl  # pylint: disable=g-import-not-at-top
-    del num_clients
     return dp_ftrl.DPFTRLFactory(
         mechanism, clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-        clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed)
+        clients_per_round=config.clients_per_round, rounds=config.rounds, seed=noise_seed,
+        adaptive=quantile_estimator(config, self.clip_estimator(config, num_clients),
+                                    config.clients_per_round, max_step_clip_norm))
 
   def accountant(self, config, mechanism, num_clients):
     amplification = amplified.of(schemes.scheme(config.participation))
@@ -270,7 +353,20 @@ class DpFtrlEntry(MechanismEntry):
       return amplification.accountant(config, mechanism, num_clients)
     return privacy_lib.MatrixMechanismAccountant(
         mechanism, config.noise_multiplier, config.clip_norm, config.clients_per_round,
-        config.delta, scope=privacy_lib.release_scope(config, sampled=False))
+        config.delta, scope=privacy_lib.release_scope(config, sampled=False),
+        clip_estimator=self.clip_estimator(config, num_clients))
+
+  def planned_epsilon_at(self, config, noise_multiplier, num_clients):
+    from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
+    if amplified.of(schemes.scheme(config.participation)) is not None:
+      return None  # Re-planning an amplified σ is a Monte Carlo release of its own.
+    changed = config.replace(noise_multiplier=noise_multiplier)
+    planned = planned_participation(changed, num_clients)
+    return report_lib.matrix_mechanism_report(
+        self.load_or_build(changed), noise_multiplier,
+        report_lib.Participation(config.rounds, planned.min_sep, planned.max_participations,
+                                 source="configured"),
+        config.delta, clip_estimator=self.clip_estimator(changed, num_clients)).epsilon
 
   def calibrated_participation(self, config, num_clients):
     if amplified.of(schemes.scheme(config.participation)) is not None:
@@ -298,10 +394,43 @@ class DpFtrlEntry(MechanismEntry):
     planned = planned_participation(config, num_clients)
     sens = mechanism.sensitivity(config.rounds, planned.min_sep,
                                  planned.max_participations).guaranteed
-    sigma = zcdp.noise_multiplier_for_epsilon(sens, target_epsilon, config.delta)
-    # The report computes ε from σ again: never a rounding above the target.
-    while zcdp.matrix_mechanism_guarantee(sens, sigma, config.delta).epsilon > target_epsilon:
-      sigma = math.nextafter(sigma, math.inf)
+    settings = config.mechanism_settings
+    if not settings.adaptive_clipping:
+      sigma = zcdp.noise_multiplier_for_epsilon(sens, target_epsilon, config.delta)
+      # The report computes ε from σ again: never a rounding above the target.
+      while zcdp.matrix_mechanism_guarantee(sens, sigma, config.delta).epsilon > target_epsilon:
+        sigma = math.nextafter(sigma, math.inf)
+      return sigma
+    return self._calibrate_adaptive(config, target_epsilon, num_clients, sens,
+                                    planned.max_participations)
+
+  def _calibrate_adaptive(self, config, target_epsilon, num_clients, sens, participations):
+    """σ of the updates when the adaptive clip norm's counts take their share of ρ*: the
+    `clip_budget_share` (σ_b then follows σ, `count_stddev`), or what the given
+    `--clip_count_stddev` costs for the planned k; the composed ε is then <= the target."""
+    from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
+    total = zcdp.rho_for_epsilon(target_epsilon, config.delta)
+    if settings.clip_count_stddev is None:
+      update_rho = (1.0 - settings.clip_budget_share) * total
+    else:
+      spent = self.clip_estimator(config, num_clients).rho(participations)
+      update_rho = total - spent
+      if update_rho <= 0:
+        raise ValueError(
+            f"--clip_count_stddev={settings.clip_count_stddev} alone costs ρ = {spent:.4g} "
+            f"over the planned {participations} participations, the whole budget of ε = "
+            f"{target_epsilon:g} (ρ = {total:.4g}); raise it, or drop it to give the "
+            f"estimator --clip_budget_share={settings.clip_budget_share:g} of the budget.")
+    sigma = zcdp.noise_multiplier_for_rho(sens, update_rho)
+
+    def composed_epsilon(sigma_):
+      rho = (zcdp.rho_from_sensitivity(sens, sigma_) + self.clip_estimator(
+          config.replace(noise_multiplier=sigma_), num_clients).rho(participations))
+      return zcdp.epsilon_from_rho(rho, config.delta)
+
+    while composed_epsilon(sigma) > target_epsilon:
+      sigma = math.nextafter(sigma, math.inf) * (1 + 1e-12)
     return sigma
 
 
@@ -312,6 +441,34 @@ class DpFedAvgEntry(MechanismEntry):
   description = "DP-FedAvg with Poisson user sampling (paper 001)"
   weighting = NUM_EXAMPLES
   accounting = schemes.POISSON_GAUSSIAN  # Its accountant: the Poisson-subsampled Gaussian.
+  settings_type = AdaptiveClipSettings
+
+  @staticmethod
+  def clip_estimator(config):
+    """The run's `adaptive_clipping.ClipEstimator` (None for a fixed clip norm): σ_b the
+    flag's, or the one whose z_b⁻² is `clip_budget_share` of the effective z⁻² (Andrew et
+    al.'s split: z_b = z_Δ √((1 − s)/s), with z_Δ = `noise_multiplier`)."""
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
+    if not settings.adaptive_clipping:
+      return None
+    stddev = settings.clip_count_stddev
+    if stddev is None:
+      share = settings.clip_budget_share
+      stddev = adaptive_clipping.count_stddev_of(
+          config.noise_multiplier * math.sqrt((1.0 - share) / share),
+          adaptive_clipping.ADD_REMOVE)
+    return clip_estimator(config, stddev, adaptive_clipping.ADD_REMOVE)
+
+  def effective_noise_multiplier(self, config) -> float:
+    """The z the Poisson accountant composes: `noise_multiplier`, or with adaptive clipping
+    (z_Δ⁻² + z_b⁻²)^(−½) (Andrew et al., Thm. 1)."""
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    estimator = self.clip_estimator(config)
+    if estimator is None:
+      return config.noise_multiplier
+    return adaptive_clipping.effective_noise_multiplier(config.noise_multiplier,
+                                                        estimator.noise_multiplier)
 
   def check_config(self, config):
     self.check_participation(config)
@@ -322,21 +479,33 @@ class DpFedAvgEntry(MechanismEntry):
     """q of the run's Poisson sampling (a scheme serving `POISSON_GAUSSIAN` has one)."""
     return schemes.scheme(config.participation).sampling_rate(config, num_clients)
 
-  def aggregator(self, config, mechanism, num_clients, noise_seed=None):
+  def planned_epsilon_at(self, config, noise_multiplier, num_clients):
+    from dp_fl.accounting import dpfedavg  # pylint: disable=g-import-not-at-top
+    changed = config.replace(noise_multiplier=noise_multiplier)
+    rate = self.sampling_rate(config, num_clients)
+    return dpfedavg.dpfedavg_epsilon(num_clients, rate * num_clients,
+                                     self.effective_noise_multiplier(changed), config.rounds,
+                                     config.delta, method=dpfedavg.RDP).epsilon
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None,
+                 max_step_clip_norm=None):
     from dp_fl.aggregators import dp_fedavg  # pylint: disable=g-import-not-at-top
     del mechanism
+    rate = self.sampling_rate(config, num_clients)
     return dp_fedavg.DPFedAvgFactory(
         clip_norm=config.clip_norm, noise_multiplier=config.noise_multiplier,
-        sampling_probability=self.sampling_rate(config, num_clients),
-        total_weight=float(num_clients), seed=noise_seed)
+        sampling_probability=rate, total_weight=float(num_clients), seed=noise_seed,
+        adaptive=quantile_estimator(config, self.clip_estimator(config), rate * num_clients,
+                                    max_step_clip_norm))
 
   def accountant(self, config, mechanism, num_clients):
     del mechanism
     # C̃ = qK: the Poisson rate the scheduler and the aggregator use.
     return privacy_lib.PoissonAccountant(
         num_clients, self.sampling_rate(config, num_clients) * num_clients,
-        config.noise_multiplier, config.clip_norm, config.delta,
-        scope=privacy_lib.release_scope(config, sampled=True))
+        self.effective_noise_multiplier(config), config.clip_norm, config.delta,
+        scope=privacy_lib.release_scope(config, sampled=True),
+        clip_estimator=self.clip_estimator(config), update_noise_multiplier=config.noise_multiplier)
 
   def calibrate(self, config, target_epsilon, num_clients=None):
     """The smallest z reaching `target_epsilon` for T = rounds (RDP accountant), for the
@@ -350,8 +519,35 @@ class DpFedAvgEntry(MechanismEntry):
     else:
       raise ValueError("Calibrating DP-FedAvg needs --population_sampling_rate (q), or the "
                        "task's population, to know the sampling rate.")
-    return _cached(dpfedavg.noise_multiplier_for_epsilon, population, config.clients_per_round,
-                   config.rounds, target_epsilon, config.delta, method=dpfedavg.RDP)
+    effective = _cached(dpfedavg.noise_multiplier_for_epsilon, population,
+                        config.clients_per_round, config.rounds, target_epsilon, config.delta,
+                        method=dpfedavg.RDP)
+    settings = config.mechanism_settings
+    if not settings.adaptive_clipping:
+      return effective
+    return self._update_noise_multiplier(config, effective)
+
+  def _update_noise_multiplier(self, config, effective: float) -> float:
+    """z_Δ whose effective multiplier with the adaptive clip norm's counts is at least
+    `effective` (Andrew et al.'s split: z_Δ = (z⁻² − z_b⁻²)^(−½))."""
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
+    if settings.clip_count_stddev is None:
+      z_update = adaptive_clipping.split_noise_multiplier(effective,
+                                                          settings.clip_budget_share)[0]
+    else:
+      z_count = self.clip_estimator(config).noise_multiplier
+      if z_count <= effective:
+        raise ValueError(
+            f"--clip_count_stddev={settings.clip_count_stddev} gives the clip norm's counts "
+            f"the noise multiplier z_b = {z_count:.4g}, at most the effective z = "
+            f"{effective:.4g} the target needs: no noise on the updates could reach it. "
+            "Raise it, or drop it to give the estimator --clip_budget_share of the budget.")
+      z_update = (effective ** -2 - z_count ** -2) ** -0.5
+    while self.effective_noise_multiplier(
+        config.replace(noise_multiplier=z_update)) < effective:
+      z_update = math.nextafter(z_update, math.inf) * (1 + 1e-12)
+    return z_update
 
 
 class NoNoiseEntry(MechanismEntry):
@@ -555,6 +751,33 @@ def _cached(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
   return fn(*args, **kwargs)
 
 
+def clip_estimator(config: "config_lib.TrainingConfig", count_stddev: Optional[float],
+                   adjacency: str):
+  """The `adaptive_clipping.ClipEstimator` of `config`'s adaptive clip norm with σ_b =
+  `count_stddev` (None when the clip norm is fixed)."""
+  from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+  settings = config.mechanism_settings
+  if not getattr(settings, "adaptive_clipping", False):
+    return None
+  return adaptive_clipping.ClipEstimator(
+      settings.target_unclipped_quantile, settings.clip_learning_rate, count_stddev,
+      adjacency)
+
+
+def quantile_estimator(config: "config_lib.TrainingConfig", estimator: Any,
+                       expected_count: float, max_step_clip_norm: Optional[float] = None):
+  """The aggregators' `quantile.QuantileEstimator` of a `ClipEstimator` (None: fixed ζ), from
+  ζ₀ = `--clip_norm` with denominator `expected_count` (the cohort the aggregator divides
+  by) and the noise guard's step cap `max_step_clip_norm`."""
+  if estimator is None:
+    return None
+  from dp_fl.aggregators import quantile  # pylint: disable=g-import-not-at-top
+  return quantile.QuantileEstimator(
+      initial_estimate=config.clip_norm, target_quantile=estimator.target_quantile,
+      learning_rate=estimator.learning_rate, count_stddev=estimator.count_stddev,
+      expected_count=expected_count, max_step_clip_norm=max_step_clip_norm)
+
+
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:
   """The DP aggregators' fixed denominator: the participation scheme's expected cohort (qN
   under Poisson sampling, paper 001 Alg. 1; else the report goal m, paper 004 Alg. 1)."""
@@ -598,6 +821,29 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     NoNoiseEntry("clip", "non-private: the DP estimator (updates clipped to ζ, summed, / the "
                  "fixed cohort) without the noise", clipped=True),
 )}
+
+
+ADAPTIVE_VARIANT = "+adaptive"
+"""A compared row `<mechanism>+adaptive`: the mechanism with adaptive clipping from its tuned
+ζ (Andrew et al. 2021), at `ADAPTIVE_SETTINGS` unless the user's flags set them."""
+ADAPTIVE_SETTINGS = {"target_unclipped_quantile": 0.5, "clip_learning_rate": 1.0}
+"""γ = 0.5 (Andrew et al.'s median) and η = 1: the quick jobs' 60–100 rounds leave no room for
+their η = 0.2, which needs ~45 rounds to move ζ by 100× (docs/RESULTS.md)."""
+
+
+def variant(label: str) -> tuple[str, dict[str, Any]]:
+  """(mechanism, the settings the row's variant adds) of a compared row's label: `blt`, or
+  `blt+adaptive` (only for mechanisms whose settings have an adaptive clip norm)."""
+  if not label.endswith(ADAPTIVE_VARIANT):
+    mechanism(label)
+    return label, {}
+  name = label[:-len(ADAPTIVE_VARIANT)]
+  if "target_unclipped_quantile" not in _field_names(mechanism(name).settings_type):
+    raise ValueError(
+        f"`{label}`: --mechanism={name} has no adaptive clip norm; the variant "
+        f"{ADAPTIVE_VARIANT} applies to "
+        f"{', '.join(n for n, e in MECHANISMS.items() if 'target_unclipped_quantile' in _field_names(e.settings_type))}.")
+  return name, dict(ADAPTIVE_SETTINGS)
 
 
 def mechanism(name: str) -> MechanismEntry:

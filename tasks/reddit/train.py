@@ -57,7 +57,7 @@ PRESETS: dict[str, cli.Preset] = {
                       participation="poisson", noise_multiplier=0.7, clip_norm=1.0,
                       client_optimizer="adam", client_learning_rate=0.01,
                       server_learning_rate=1.0, server_momentum=0.9, cooldown_rounds=20,
-                      eval_every=20, checkpoint_every=20, delta=1e-6),
+                      eval_every=20, checkpoint_every=20, delta=1e-6, noise_guard="scale"),
         per_mechanism={
             **{m: dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
                        min_sep=30) for m in ("blt", "bandmf", "two_band")},

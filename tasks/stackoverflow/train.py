@@ -59,7 +59,7 @@ PRESETS: dict[str, cli.Preset] = {
                       timer_hours=20.0, round_hours=0.2, min_sep=100,
                       client_learning_rate=1.0, server_learning_rate=1.0,
                       server_momentum=0.9, cooldown_rounds=25, eval_every=25,
-                      checkpoint_every=25, delta=1e-5),
+                      checkpoint_every=25, delta=1e-5, noise_guard="scale"),
         per_mechanism={
             "none": dict(client_optimizer="adam", client_learning_rate=0.01),
             # Noise-free clipped updates take a 3x larger server step (content-word accuracy

@@ -200,3 +200,21 @@ def test_unwritable_out_dir_is_refused_before_work(capsys, tmp_path):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+def test_model_dimension_states_the_noise_against_the_signal_and_warns():
+  base = dict(population=358, report_goal=20, rounds=100, timer_hours=2.4, round_hours=0.2,
+              delta=1e-5, trials=1, mechanisms=("blt", "dpsgd"), target_epsilon=8.0)
+  quiet = plan_lib.make_plan(plan_lib.PlanSettings(**base))
+  assert all(m.signal_to_noise is None for m in quiet.mechanisms)
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**base, model_dimension=365_588))
+  blt, dpsgd = plan.mechanisms
+  # The StackOverflow run (358 users, 20 a round, min-sep 12, ε = 8) that ended at
+  # loss 230: its summed noise exceeds the signal; independent noise (C = I) even more so.
+  assert 1.0 < blt.signal_to_noise.prefix_noise < dpsgd.signal_to_noise.prefix_noise
+  assert dpsgd.signal_to_noise.prefix_noise == pytest.approx(
+      dpsgd.noise_multiplier * math.sqrt(365_588) / 20 / math.sqrt(100))
+  warnings_ = [w for w in plan.warnings() if "summed updates" in w]
+  assert len(warnings_) == 2 and "devices per round" in warnings_[0]
+  assert "Noise against signal" in plan_lib.format_table(plan)
+  assert plan.to_dict()["mechanisms"][0]["signal_to_noise"]["prefix_noise"] > 1

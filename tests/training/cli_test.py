@@ -25,7 +25,8 @@ _FLAG_DEFAULTS = {
     "eval_every": 10, "checkpoint_every": 10, "keep_checkpoints": 3, "delta": 1e-06,
     "target_epsilon": None, "on_nonfinite": "stop", "jit_compile": False,
     "runtime": "tff_worker", "device": "auto", "workers": None, "audit_canaries": 0,
-    "audit_strict": False,
+    "audit_strict": False, "noise_guard": "warn", "target_unclipped_quantile": None,
+    "clip_learning_rate": 0.2, "clip_count_stddev": None, "clip_budget_share": 0.1,
     "worker_timeout_seconds": 600.0, "worker_tls_ca_cert": None,
     "worker_tls_client_cert": None, "worker_tls_client_key": None}
 

@@ -44,16 +44,28 @@ class Audit:
   amplified_delta_check: Optional[tuple[float, float]] = None  # (δ̂, s.e.) at the claimed ε
 
 
-def _noise_state(aggregator_state: Any) -> dict[str, Any]:
-  """The OrderedDict holding the aggregator's `seed` and `round`, wherever it is nested."""
-  if isinstance(aggregator_state, dict):
-    if "seed" in aggregator_state and "round" in aggregator_state:
-      return aggregator_state
-    for value in aggregator_state.values():
-      found = _noise_state(value)
+def _find_state(tree: Any, holds: Any) -> Optional[dict[str, Any]]:
+  """The first OrderedDict of `tree` (depth first) for which `holds(d)` is true."""
+  if isinstance(tree, dict):
+    if holds(tree):
+      return tree
+    for value in tree.values():
+      found = _find_state(value, holds)
       if found is not None:
         return found
   return None
+
+
+def _noise_state(aggregator_state: Any) -> dict[str, Any]:
+  """The OrderedDict holding the aggregator's `seed` and `round`, wherever it is nested (not
+  the adaptive clip norm's estimator, which has its own)."""
+  return _find_state(aggregator_state,
+                     lambda d: "seed" in d and "round" in d and "estimate" not in d)
+
+
+def _estimator_state(aggregator_state: Any) -> dict[str, Any]:
+  """The adaptive clip norm's estimator state, wherever it is nested."""
+  return _find_state(aggregator_state, lambda d: "estimate" in d)
 
 
 def audit_run(task, config) -> Audit:
@@ -71,19 +83,28 @@ def audit_run(task, config) -> Audit:
 
   mechanism = program.build_mechanism(config)
   num_clients = program.population(task, config)  # The task's clients and any canaries.
-  process = program.build_learning_process(
-      task, config, program.build_aggregator(config, mechanism, num_clients))
+  factory = program.build_aggregator(config, mechanism, num_clients)
+  process = program.build_learning_process(task, config, factory)
   state = tf.nest.pack_sequence_as(process.initialize(), restored.arrays)
   noise = _noise_state(state.aggregator)
+  # Adaptive clipping: the clip norm's count releases, one per applied round (their estimator
+  # advanced exactly once per row), with the σ_b the aggregator actually used.
+  estimator = getattr(factory, "adaptive", None)
+  if estimator is not None:
+    estimator_state = _estimator_state(state.aggregator)
+    assert int(estimator_state["round"]) == int(noise["round"]), (estimator_state, noise)
 
   with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
     reported = json.load(f)
   if isinstance(registry.mechanism(config.mechanism), registry.DpFedAvgEntry):
     true_sens = None
     q = config.participation_settings.population_sampling_rate
-    true_eps = dpfedavg.dpfedavg_epsilon(num_clients, q * num_clients,
-                                         config.noise_multiplier, int(noise["round"]),
-                                         config.delta, method=dpfedavg.PLD).epsilon
+    z = config.noise_multiplier
+    if estimator is not None:  # Andrew et al., Thm. 1, the count's add/remove sensitivity ½.
+      z = (z ** -2 + (2.0 * estimator.count_stddev) ** -2) ** -0.5
+    true_eps = dpfedavg.dpfedavg_epsilon(num_clients, q * num_clients, z,
+                                         int(noise["round"]), config.delta,
+                                         method=dpfedavg.PLD).epsilon
   else:
     c = oracles.dense_strategy(mechanism, rows)
     true_sens = oracles.brute_force_sensitivity(c, min_sep, k)
@@ -91,8 +112,10 @@ def audit_run(task, config) -> Audit:
     for rows_ in patterns.values():
       own = float(np.linalg.norm(c[:, list(rows_)].sum(axis=1)))
       assert own <= true_sens * (1 + 1e-9) + 1e-12, (rows_, own, true_sens)
-    true_eps = zcdp.matrix_mechanism_guarantee(true_sens, config.noise_multiplier,
-                                               config.delta).epsilon
+    rho = true_sens ** 2 / (2.0 * config.noise_multiplier ** 2)
+    if estimator is not None:  # k counts, zero-out sensitivity 1 (a no-data client: +½).
+      rho += k / (2.0 * estimator.count_stddev ** 2)
+    true_eps = zcdp.epsilon_from_rho(rho, config.delta)
   amplified_lower, delta_check = None, None
   if reported.get("amplified_holds"):
     amplified_lower, delta_check = _audit_amplified(config, mechanism, scheduler, patterns,

@@ -122,7 +122,7 @@ def test_reported_epsilon_bounds_the_truth_with_discarded_rounds(tmp_path, mecha
 
 
 def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=(), runtime_name="tff_worker",
-           audit_canaries=0):
+           audit_canaries=0, **flags):
   settings = _settings(mechanism, participation)
   args = [str(root), str(rounds), mechanism, f"--participation={participation}",
           f"--runtime={runtime_name}", f"--audit_canaries={audit_canaries}",
@@ -131,6 +131,7 @@ def _start(root, mechanism, participation, rounds=ROUNDS, poisoned=(), runtime_n
           "--checkpoint_every=2", f"--poison_clients={','.join(poisoned)}"]
   if settings.get("population_sampling_rate"):
     args.append(f"--population_sampling_rate={settings['population_sampling_rate']}")
+  args += [f"--{name}={value}" for name, value in flags.items()]
   env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
   return subprocess.Popen([sys.executable, "-m", "tests.training.toy_program", *args],
                           cwd=_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -227,6 +228,36 @@ def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume_with_canarie
   assert result.resumed_from is not None and result.resumed_from < ROUNDS
   assert audit.rows == result.rounds_completed
   _check_canaries(tmp_path, result, audit)
+
+
+# Adaptive clipping (issue #42): the clip norm's count releases composed in, audited against
+# the brute-force sensitivity plus the counts' k / 2σ_b² (DP-FTRL) or Andrew et al.'s
+# effective multiplier (DP-FedAvg); one run killed and resumed.
+ADAPTIVE = dict(target_unclipped_quantile=0.5, clip_learning_rate=0.5)
+
+
+@pytest.mark.parametrize("mechanism,participation", [
+    ("blt", "device_timer"), ("bandmf", "min_sep_rounds"), ("tree", "uniform"),
+    ("dpsgd", "cyclic"), ("dpfedavg", "poisson")])
+def test_reported_epsilon_bounds_the_truth_with_adaptive_clipping(tmp_path, mechanism,
+                                                                  participation):
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   **ADAPTIVE)
+  _check_discarded_rounds(tmp_path, participation, result, audit)
+  assert result.privacy_report.adaptive_clipping is not None
+  rows = writers.read_csv(os.path.join(tmp_path, "metrics", "train.csv"))
+  clips = {float(r["aggregator/clip_norm"]) for r in rows}
+  assert len(clips) > 1  # The clip norm moved.
+
+
+def test_reported_epsilon_bounds_the_truth_after_sigkill_and_resume_with_adaptive_clipping(
+    tmp_path):
+  mechanism, participation = "blt", "min_sep_rounds"
+  _kill_mid_run(tmp_path, mechanism, participation, **ADAPTIVE)
+  result, audit = _train_and_audit(tmp_path, mechanism, participation, poisoned=POISONED,
+                                   **ADAPTIVE)
+  assert result.resumed_from is not None and result.resumed_from < ROUNDS
+  assert audit.rows == result.rounds_completed
 
 
 if __name__ == "__main__":

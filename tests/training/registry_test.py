@@ -50,7 +50,8 @@ def test_every_entry_declares_its_settings():
   for name, (kind, field) in registry.setting_fields().items():
     kinds.setdefault(kind, []).append(name)
     assert "help" in field.metadata, name
-  assert kinds["mechanism"] == ["mechanism_params", "max_participations", "blt_buffers",
+  assert kinds["mechanism"] == ["target_unclipped_quantile", "clip_learning_rate",
+                                "clip_count_stddev", "clip_budget_share", "mechanism_params", "max_participations", "blt_buffers",
                                 "bands", "cpsgd_levels", "cpsgd_trials", "cpsgd_p",
                                 "cpsgd_x_max"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
@@ -231,6 +232,101 @@ def test_amplifying_participations_check_the_mechanism_and_the_population(tmp_pa
   assert scheduler.num_groups == 4
   assert scheduler.expected_cohort_size == pytest.approx(config.clients_per_round)
 
+
+
+# Adaptive clipping (issue #42): the settings, what each entry composes, calibration.
+
+
+def test_adaptive_clipping_flags_need_a_target_and_amplified_schemes_refuse_it(tmp_path):
+  with pytest.raises(ValueError, match="target_unclipped_quantile"):
+    _config(tmp_path, clip_count_stddev=2.0)
+  with pytest.raises(ValueError, match="target_unclipped_quantile"):
+    _config(tmp_path, clip_learning_rate=0.5)
+  with pytest.raises(ValueError, match="target_unclipped_quantile"):
+    _config(tmp_path, target_unclipped_quantile=1.5)
+  with pytest.raises(ValueError, match="amplified analysis"):
+    _config(tmp_path, target_unclipped_quantile=0.5, participation="balls_in_bins",
+            clients_per_round=2)
+  # Mechanisms without the estimator (cpSGD, the non-private ones) do not read the flag.
+  assert registry.ignored_flags({"target_unclipped_quantile": 0.5}, [("cpsgd", "uniform")])
+  assert not registry.ignored_flags({"target_unclipped_quantile": 0.5},
+                                    [("dpfedavg", "poisson")])
+
+
+def test_each_entry_charges_the_counts_under_its_adjacency(tmp_path):
+  from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+  ftrl = _config(tmp_path, mechanism="blt", target_unclipped_quantile=0.5,
+                 clip_count_stddev=3.0, participation="min_sep_rounds", min_sep=2)
+  estimator = registry.mechanism("blt").clip_estimator(ftrl, 10)
+  assert estimator.adjacency == adaptive_clipping.ZERO_OUT and estimator.noise_multiplier == 3
+  fedavg = _config(tmp_path, mechanism="dpfedavg", participation="poisson",
+                   population_sampling_rate=0.2, target_unclipped_quantile=0.5,
+                   clip_count_stddev=3.0)
+  entry = registry.mechanism("dpfedavg")
+  assert entry.clip_estimator(fedavg).noise_multiplier == 6.0  # ½ under add/remove.
+  assert entry.effective_noise_multiplier(fedavg) == pytest.approx(
+      (1.5 ** -2 + 6.0 ** -2) ** -0.5)
+  assert registry.mechanism("blt").clip_estimator(
+      _config(tmp_path, mechanism="blt", participation="min_sep_rounds", min_sep=2), 10) is None
+
+
+@pytest.mark.parametrize("mechanism, extra", [
+    ("blt", dict(participation="min_sep_rounds", min_sep=2)),
+    ("dpsgd", dict(participation="min_sep_rounds", min_sep=3)),
+    ("dpfedavg", dict(participation="poisson", population_sampling_rate=0.2)),
+])
+@pytest.mark.parametrize("stddev", [None, 4.0])
+def test_calibration_splits_the_budget_and_the_report_reaches_the_target(tmp_path, mechanism,
+                                                                        extra, stddev):
+  config = _config(tmp_path, mechanism=mechanism, rounds=12, target_unclipped_quantile=0.5,
+                   clip_count_stddev=stddev, **extra)
+  entry = registry.mechanism(mechanism)
+  fixed = _config(tmp_path, mechanism=mechanism, rounds=12, **extra)
+  sigma_fixed = entry.calibrate(fixed, 4.0, num_clients=10)
+  sigma = entry.calibrate(config, 4.0, num_clients=10)
+  assert sigma > sigma_fixed  # The counts take part of the budget.
+  calibrated = config.replace(noise_multiplier=sigma)
+  if mechanism == "dpfedavg":
+    accountant = entry.accountant(calibrated, None, 50)
+    rounds = 12
+    report = accountant.report(types.SimpleNamespace(num_rounds=rounds))
+    epsilon = dpfedavg.dpfedavg_epsilon(50, 10, entry.effective_noise_multiplier(calibrated),
+                                        rounds, 1e-5, method=dpfedavg.RDP).epsilon
+    assert epsilon <= 4.0 * (1 + 1e-9) and epsilon >= 4.0 * 0.999
+    assert report.adaptive_clipping is not None
+  else:
+    planned = registry.planned_participation(calibrated, 10)
+    mech = entry.load_or_build(calibrated)
+    from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
+    report = report_lib.matrix_mechanism_report(
+        mech, sigma, report_lib.Participation(12, planned.min_sep, planned.max_participations),
+        1e-5, clip_estimator=entry.clip_estimator(calibrated, 10))
+    assert 4.0 * 0.999 <= report.epsilon <= 4.0
+    if stddev is None:
+      assert report.adaptive_clipping.share == pytest.approx(0.1, rel=1e-6)
+
+
+def test_a_count_noise_that_spends_the_budget_is_refused(tmp_path):
+  config = _config(tmp_path, mechanism="dpsgd", participation="min_sep_rounds", min_sep=3,
+                   rounds=12, target_unclipped_quantile=0.5, clip_count_stddev=0.3)
+  with pytest.raises(ValueError, match="clip_count_stddev"):
+    registry.mechanism("dpsgd").calibrate(config, 2.0, num_clients=10)
+  fedavg = _config(tmp_path, mechanism="dpfedavg", participation="poisson",
+                   population_sampling_rate=0.2, target_unclipped_quantile=0.5,
+                   clip_count_stddev=0.1)
+  with pytest.raises(ValueError, match="clip_count_stddev"):
+    registry.mechanism("dpfedavg").calibrate(fedavg, 2.0, num_clients=10)
+
+
+
+def test_compared_rows_name_an_adaptive_variant():
+  assert registry.variant("blt") == ("blt", {})
+  name, settings = registry.variant("dpfedavg" + registry.ADAPTIVE_VARIANT)
+  assert name == "dpfedavg" and settings == registry.ADAPTIVE_SETTINGS
+  with pytest.raises(ValueError, match="no adaptive clip norm"):
+    registry.variant("cpsgd+adaptive")
+  with pytest.raises(ValueError, match="mechanism"):
+    registry.variant("nope+adaptive")
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

@@ -31,7 +31,12 @@ def main(argv=None) -> int:
   parser.add_argument("--population_sampling_rate", type=float, default=None)
   parser.add_argument("--runtime", default="tff_worker")
   parser.add_argument("--audit_canaries", type=int, default=0)
+  parser.add_argument("--target_unclipped_quantile", type=float, default=None)
+  parser.add_argument("--clip_learning_rate", type=float, default=None)
   args = parser.parse_args(argv)
+  adaptive = {name: getattr(args, name) for name in ("target_unclipped_quantile",
+                                                     "clip_learning_rate")
+              if getattr(args, name) is not None}
   runtime.configure_logging(0)
   runtime.install_signal_handlers()
   from dp_fl.training import program  # pylint: disable=g-import-not-at-top
@@ -45,7 +50,7 @@ def main(argv=None) -> int:
                       clients_per_round=args.clients_per_round,
                       population_sampling_rate=args.population_sampling_rate,
                       min_sep=args.min_sep, timer_hours=args.timer_hours,
-                      runtime=args.runtime, audit_canaries=args.audit_canaries)
+                      runtime=args.runtime, audit_canaries=args.audit_canaries, **adaptive)
   with runtime.execution_context():
     task = toy_task.make_task(
         poison_client=[c for c in args.poison_clients.split(",") if c],
