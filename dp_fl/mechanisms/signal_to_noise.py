@@ -21,6 +21,10 @@ first of them):
 
 All three are public functions of the configuration (σ, ζ, m, C, d, the server's schedule),
 so stating or acting on them costs no privacy.
+
+`MODEL_NOISE_LIMIT` and `PREFIX_NOISE_LIMIT` are where the noise guard
+(`dp_fl/training/noise_guard.py`) and `scripts/plan` draw the line; they were read off
+real-text runs (`scripts/noise_guard_limits.py`, docs/RESULTS.md "The noise guard").
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dp_fl import _checks
+
+MODEL_NOISE_LIMIT = 7.5  # Model noise / ‖w₀‖: ≤ 7.1 learned, 8.1 stayed at unigram, ≥ 23.6 diverged.
+PREFIX_NOISE_LIMIT = 1.0  # Summed noise / nζ: beyond it the noise exceeds any signal.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -337,15 +337,15 @@ class Plan:
       out.append(f"the realized min-sep ({p.min_sep}) is below the optimistic ⌊N/m⌋ = "
                  f"{p.optimistic_min_sep}: a mechanism optimized for the formula would be "
                  "optimized for the wrong b")
-    from dp_fl.training import noise_guard  # pylint: disable=g-import-not-at-top
+    limit = signal_to_noise_lib.PREFIX_NOISE_LIMIT
     for m in self.mechanisms:
       ratios = m.signal_to_noise
-      if ratios is not None and ratios.prefix_noise > noise_guard.PREFIX_NOISE_LIMIT:
+      if ratios is not None and ratios.prefix_noise > limit:
         out.append(
             f"{m.name}: the noise of the summed updates is {ratios.prefix_noise:.3g}× the "
-            f"largest signal they can carry (limit {noise_guard.PREFIX_NOISE_LIMIT:g}, "
-            "dp_fl/training/noise_guard.py): a model is unlikely to learn; about "
-            f"{math.ceil(s.report_goal * ratios.prefix_noise / noise_guard.PREFIX_NOISE_LIMIT)}"
+            f"largest signal they can carry (limit {limit:g}, the noise guard's): a model is "
+            "unlikely to learn; about "
+            f"{math.ceil(s.report_goal * ratios.prefix_noise / limit)}"
             " devices per round at this σ, or a larger ε, bring it in")
     return out
 

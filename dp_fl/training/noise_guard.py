@@ -34,8 +34,8 @@ from dp_fl.mechanisms import signal_to_noise as snr_lib
 GUARDS = ("warn", "scale", "off")
 """`--noise_guard`: state and warn; also scale the server rate down; or say nothing."""
 
-MODEL_NOISE_LIMIT = 7.5
-PREFIX_NOISE_LIMIT = 1.0
+MODEL_NOISE_LIMIT = snr_lib.MODEL_NOISE_LIMIT
+PREFIX_NOISE_LIMIT = snr_lib.PREFIX_NOISE_LIMIT
 DRIFT_FACTOR = 1.5
 
 
@@ -64,6 +64,7 @@ class Assessment:
   max_clip_norm: Optional[float] = None
   adaptive: bool = False
   population: Optional[int] = None
+  mode: str = "warn"  # `--noise_guard` of the run.
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -94,10 +95,13 @@ class Assessment:
           "likely to stay at the unigram figure or diverge. Dividing the noise by that factor "
           f"needs {' or '.join(fixes) or 'a larger cohort or ε'} (or fewer rounds: more "
           "noise-free signal per row).")
-      if self.learning_rate_scale < 1:
+      if self.learning_rate_scale < 1 and self.mode == "scale":
         lines.append(f"  --noise_guard=scale: server learning rate × "
                      f"{self.learning_rate_scale:.3g}, so the noise cannot carry the model away "
                      "(it degrades towards the constant predictor instead of diverging)")
+      elif self.learning_rate_scale < 1:
+        lines.append(f"  --noise_guard=scale would multiply the server learning rate by "
+                     f"{self.learning_rate_scale:.3g} so the noise cannot carry the model away")
     return lines
 
 
@@ -140,7 +144,7 @@ def assess(config: Any, inverse: Optional[np.ndarray], clients_per_round: float,
     if model_excess > 1.0:
       scale = float(1.0 / model_excess)
   return Assessment(ratios, learnable, excess, cohort, epsilon, scale, max_clip, adaptive,
-                    population)
+                    population, config.noise_guard)
 
 
 def max_step_clip_norm(config: Any, assessment: Optional[Assessment]) -> Optional[float]:

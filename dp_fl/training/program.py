@@ -190,10 +190,11 @@ def assess_noise(task: task_lib.Task, config: config_lib.TrainingConfig, mechani
       return None
   tf.keras.utils.set_random_seed(config.seed)
   weights = [np.asarray(w) for w in task.keras_model_fn().trainable_weights]
+  norm = float(np.sqrt(sum(np.sum(np.square(w, dtype=np.float64)) for w in weights)))
   return noise_guard.assess(
       config, inverse, registry.expected_cohort(config, num_clients),
       int(sum(w.size for w in weights)),
-      float(np.sqrt(sum(np.sum(np.square(w, dtype=np.float64)) for w in weights))),
+      norm if 0 < norm < np.inf else None,  # A model initialized at 0 has no scale to compare.
       lambda sigma: entry.planned_epsilon_at(config, sigma, num_clients), num_clients)
 
 

@@ -62,11 +62,11 @@ def test_composed_matrix_mechanism_report_against_dp_accounting_pld(blt, sigma, 
       (4 / (2 * count_stddev ** 2)) / composed.rho, rel=1e-12)
   # Independently: dp_accounting's PLD of the updates' Gaussian (σ / sens) composed with
   # the k count releases (z_b each). ε from 0.07 to about 60 over these settings.
-  accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+  accountant = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
   accountant.compose(dp_accounting.GaussianDpEvent(sigma / alone.sensitivity))
   accountant.compose(dp_accounting.GaussianDpEvent(count_stddev), 4)
   pld = accountant.get_epsilon(1e-6)
-  assert composed.epsilon == pytest.approx(pld, rel=2e-3, abs=2e-3)
+  assert composed.epsilon == pytest.approx(pld, rel=5e-3, abs=5e-3)
   assert "adaptive clipping" in composed.to_markdown()
 
 
@@ -86,7 +86,7 @@ def test_dpfedavg_report_with_the_estimator_is_the_effective_multiplier():
                                update_noise_multiplier=0.9)
 
 
-def _hockey_stick_2d(q, mu, epsilon, half_width=12.0, points=2401):
+def _hockey_stick_2d(q, mu, epsilon, half_width=12.0, points=1601):
   """δ(ε) of P = (1−q) N(0, I) + q N(μ, I) against Q = N(0, I) in 2-D, by a grid (both
   directions of the add/remove pair)."""
   axis = np.linspace(-half_width, half_width, points)
@@ -135,3 +135,7 @@ def test_thm1_the_subsampled_pair_is_one_gaussian_with_the_effective_multiplier(
   one_d = _hockey_stick_1d(q, 1 / effective, epsilon)
   assert brute == pytest.approx(one_d, rel=1e-4, abs=1e-9)
   assert brute > 1e-6  # A non-trivial δ at this ε (large ε included).
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

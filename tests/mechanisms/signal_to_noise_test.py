@@ -60,3 +60,7 @@ def test_momentum_weights_and_input_checks():
   cancelling = np.eye(4) - np.eye(4, k=-1)
   assert snr.signal_to_noise(cancelling, rounds=4, noise_multiplier=1.0, clients_per_round=2,
                              model_dimension=100).prefix_noise == pytest.approx(5.0 / 4)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

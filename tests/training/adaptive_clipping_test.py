@@ -58,3 +58,7 @@ def test_dpfedavg_with_an_adaptive_clip_norm_resumes_bitwise(tmp_path):
     assert np.array_equal(x, y)
   assert whole.privacy_report.update_noise_multiplier == split.noise_multiplier
   assert whole.privacy_report.noise_multiplier < split.noise_multiplier  # z_eff < z_Δ.
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -31,6 +31,7 @@ from dp_fl.training import privacy as privacy_lib
 from dp_fl.training import program
 from dp_fl.training import registry
 from tests.training import toy_program
+from tests.training import toy_task
 
 TARGET = 8.0
 SECRET_SEEDS = (1001, 1002, 1003)  # Never among the calibration's public trial seeds.
@@ -352,8 +353,10 @@ def test_the_issues_diurnal_run_through_the_task_binary_reports_at_most_its_targ
 
   monkeypatch.setattr(program, "run", run)
   monkeypatch.setattr(runtime, "run_with_fresh_workers", lambda fn, on_restart: fn())
+  # The toy model: the calibration lines state the noise guard's ratios for it.
   task = types.SimpleNamespace(name="toy", description="toy", baseline_metrics={},
-                               train_data=_ClientData(num_clients))
+                               train_data=_ClientData(num_clients),
+                               keras_model_fn=toy_task.make_task().keras_model_fn)
   args = argparse.Namespace(calibrate_epsilon=TARGET, format="json", debug=False,
                             memory_budget_gb=None, time_budget_hours=None, preset="toy")
   out = io.StringIO()
@@ -368,6 +371,7 @@ def test_the_issues_diurnal_run_through_the_task_binary_reports_at_most_its_targ
   assert summary["epsilon"] <= TARGET and summary["rounds_completed"] == 12
   assert "at most 9 participations per client" in text  # The plan, printed before training.
   assert "also stops the run before any round" in text
+  assert "noise guard: one round's noise is" in text
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ def test_a_noisy_toy_run_warns_and_scales_and_stays_bounded(tmp_path, tff_contex
     run_table.run_row(str(tmp_path))
   text = "".join(lines)
   assert "WARNING: the noise is" in text and "--noise_guard=scale: server learning rate" in text
+  assert "--noise_guard=scale would multiply the server learning rate" in text  # The warn run.
   scaled, unscaled = results["scale"], results["warn"]
   assert scaled.noise_guard["learning_rate_scale"] < 1
   assert unscaled.noise_drift is not None  # The unscaled run drifts on noise, and says so;
@@ -139,3 +140,7 @@ def test_a_noisy_toy_run_warns_and_scales_and_stays_bounded(tmp_path, tff_contex
   # the scaled one drifts far less (the limit was read off LSTMs, not this toy model).
   assert scaled.eval_metrics["loss"] < 0.5 * unscaled.eval_metrics["loss"], (
       scaled.eval_metrics, unscaled.eval_metrics)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
