@@ -53,12 +53,12 @@ def test_too_much_noise_warns_suggests_and_scales(tmp_path):
   assert verdict.suggested_cohort == int(np.ceil(4 * excess))
   assert asked == [pytest.approx(8.0 / excess)]
   assert verdict.suggested_epsilon == pytest.approx(3.0 * excess)
-  assert verdict.learning_rate_scale == pytest.approx(noise_guard.MODEL_NOISE_LIMIT / model)
+  assert verdict.learning_rate_scale == pytest.approx(noise_guard.DEGRADE_MODEL_NOISE / model)
   scaled = noise_guard.apply(config, verdict)
   assert scaled.server_learning_rate == pytest.approx(verdict.learning_rate_scale)
-  # The scaled rate puts the model's noise at the limit.
+  # The scaled rate puts the model's noise at half the limit (a run beyond it degrades).
   again = noise_guard.assess(scaled, None, 4, 10_000, 1.0)
-  assert again.ratios.model_noise == pytest.approx(noise_guard.MODEL_NOISE_LIMIT)
+  assert again.ratios.model_noise == pytest.approx(noise_guard.DEGRADE_MODEL_NOISE)
   text = "\n".join(verdict.lines())
   assert "WARNING" in text and f"--clients_per_round={verdict.suggested_cohort}" in text
   assert noise_guard.apply(config.replace(noise_guard="warn"), verdict).server_learning_rate == 1
@@ -71,8 +71,9 @@ def test_adaptive_clipping_gets_a_step_cap_not_a_rate(tmp_path):
   verdict = noise_guard.assess(config, None, 4, 10_000, 1.0)
   assert verdict.adaptive and verdict.learning_rate_scale == 1.0
   cap = noise_guard.max_step_clip_norm(config, verdict)
-  assert cap == pytest.approx(100.0 * noise_guard.MODEL_NOISE_LIMIT
-                              / verdict.ratios.model_noise)
+  limit = (noise_guard.MODEL_NOISE_LIMIT if verdict.learnable
+           else noise_guard.DEGRADE_MODEL_NOISE)
+  assert cap == pytest.approx(100.0 * limit / verdict.ratios.model_noise)
   assert noise_guard.max_step_clip_norm(config.replace(noise_guard="warn"), verdict) is None
 
 
