@@ -36,7 +36,8 @@ import numpy as np
 
 from dp_fl import _checks
 
-MODEL_NOISE_LIMIT = 7.5  # Model noise / ‖w₀‖: ≤ 7.1 learned, 8.1 stayed at unigram, ≥ 23.6 diverged.
+# Model noise / ‖w₀‖: ≤ 7.1 learned, 8.1 stayed at unigram, ≥ 23.6 diverged.
+MODEL_NOISE_LIMIT = 7.5
 PREFIX_NOISE_LIMIT = 1.0  # Summed noise / nζ: beyond it the noise exceeds any signal.
 DEGRADE_MODEL_NOISE = MODEL_NOISE_LIMIT / 2  # Where a run beyond the limits is scaled to:
 # on the stdlib corpus it ended at 1.054× (Reddit) and 1.065× (StackOverflow) the unigram loss,

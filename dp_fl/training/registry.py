@@ -838,11 +838,12 @@ def variant(label: str) -> tuple[str, dict[str, Any]]:
     mechanism(label)
     return label, {}
   name = label[:-len(ADAPTIVE_VARIANT)]
-  if "target_unclipped_quantile" not in _field_names(mechanism(name).settings_type):
-    raise ValueError(
-        f"`{label}`: --mechanism={name} has no adaptive clip norm; the variant "
-        f"{ADAPTIVE_VARIANT} applies to "
-        f"{', '.join(n for n, e in MECHANISMS.items() if 'target_unclipped_quantile' in _field_names(e.settings_type))}.")
+  adaptive = [n for n, e in MECHANISMS.items()
+              if "target_unclipped_quantile" in _field_names(e.settings_type)]
+  if name not in adaptive:
+    mechanism(name)  # Unknown names fail with the known ones.
+    raise ValueError(f"`{label}`: --mechanism={name} has no adaptive clip norm; the variant "
+                     f"{ADAPTIVE_VARIANT} applies to {', '.join(adaptive)}.")
   return name, dict(ADAPTIVE_SETTINGS)
 
 

@@ -107,7 +107,8 @@ def _hockey_stick_1d(q, mu, epsilon):
     # P vs e^ε Q (add) or Q vs e^ε P (remove), integrated over where the first dominates.
     from scipy import optimize  # pylint: disable=g-import-not-at-top
     def gap(x):
-      log_p = np.logaddexp((np.log1p(-q) if q < 1 else -np.inf) - x * x / 2, math.log(q) - (x - mu) ** 2 / 2)
+      log_stay = np.log1p(-q) if q < 1 else -np.inf
+      log_p = np.logaddexp(log_stay - x * x / 2, math.log(q) - (x - mu) ** 2 / 2)
       log_q = -x * x / 2
       return (log_p - log_q - epsilon) if add else (log_q - log_p - epsilon)
     lo, hi = -40.0, 40.0

@@ -42,7 +42,8 @@ def test_json_round_trip(tmp_path, changes):
 
 
 def test_the_common_config_is_small_and_the_settings_are_typed(tmp_path):
-  """Issue #40: the common fields stay few (<= 33; #42 added noise_guard), their checks short (<= 30 lines); each
+  """Issue #40: the common fields stay few (<= 33; #42 added noise_guard), their checks short
+  (<= 30 lines); each
   name's own flags live in its entry's settings."""
   assert len(dataclasses.fields(config_lib.TrainingConfig)) <= 33
   assert len(inspect.getsource(config_lib.TrainingConfig.__post_init__).splitlines()) <= 30

@@ -51,9 +51,9 @@ def test_every_entry_declares_its_settings():
     kinds.setdefault(kind, []).append(name)
     assert "help" in field.metadata, name
   assert kinds["mechanism"] == ["target_unclipped_quantile", "clip_learning_rate",
-                                "clip_count_stddev", "clip_budget_share", "mechanism_params", "max_participations", "blt_buffers",
-                                "bands", "cpsgd_levels", "cpsgd_trials", "cpsgd_p",
-                                "cpsgd_x_max"]
+                                "clip_count_stddev", "clip_budget_share", "mechanism_params",
+                                "max_participations", "blt_buffers", "bands", "cpsgd_levels",
+                                "cpsgd_trials", "cpsgd_p", "cpsgd_x_max"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
                                     "population_sampling_rate"]
   assert kinds["runtime"] == ["device", "jit_compile", "workers", "worker_timeout_seconds",
