@@ -95,15 +95,12 @@ def split_noise_multiplier(effective: float, share: float) -> tuple[float, float
   return z / math.sqrt(1.0 - share), z / math.sqrt(share)
 
 
-def count_stddev_for_share(update_rho: float, participations: int, share: float,
-                           adjacency: str) -> float:
-  """σ_b that makes the estimator `share` of the total ρ when the updates cost
-  `update_rho` over k = `participations`: k / (2 z_b²) = share / (1 − share) · ρ_update."""
-  rho = _checks.check_positive("update_rho", update_rho)
-  k = _checks.check_positive_int("participations", participations)
+def count_multiplier_for_share(update_noise_multiplier: float, share: float) -> float:
+  """z_b = z_Δ √((1 − s)/s): the count's noise multiplier that takes `share` of z⁻² (of ρ
+  when the updates' sensitivity² equals the count's, k, as for C = I and under Poisson)."""
+  z_update = _checks.check_positive("update_noise_multiplier", update_noise_multiplier)
   share = check_budget_share(share)
-  estimator = share / (1.0 - share) * rho
-  return count_stddev_of(math.sqrt(k / (2.0 * estimator)), adjacency)
+  return z_update * math.sqrt((1.0 - share) / share)
 
 
 @dataclasses.dataclass(frozen=True)

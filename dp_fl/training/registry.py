@@ -78,7 +78,8 @@ class AdaptiveClipSettings:
       privacy=True)  # Not in ε, but the released sequence: a resume keeps it.
   clip_count_stddev: Optional[float] = _setting(
       None, "σ_b: noise std of the adaptive clip norm's count of unclipped updates; default: "
-      "the one that gives the estimator --clip_budget_share of the planned budget",
+      "the one whose noise multiplier gives the count --clip_budget_share of z⁻² (of ρ for "
+      "C = I; the report states the realized share)",
       privacy=True)
   clip_budget_share: float = _setting(
       0.1, "the adaptive clip norm's share of the privacy budget (of ρ, or of z⁻² under "
@@ -294,27 +295,28 @@ class DpFtrlEntry(MechanismEntry):
           "norm's count releases, so its ε could not be stated. Use a fixed --clip_norm, or "
           "--participation=device_timer (min-separation, zCDP composition).")
 
-  def count_stddev(self, config, num_clients: Optional[int]) -> Optional[float]:
-    """σ_b of the adaptive clip norm's count (None for a fixed clip norm): the flag, or the
-    one whose k / (2σ_b²) is `clip_budget_share` of the planned ρ (the participation
-    `calibrate` plans for; the report charges the realized one)."""
+  @staticmethod
+  def count_stddev(config) -> Optional[float]:
+    """σ_b of the adaptive clip norm's count (None for a fixed clip norm): the flag, or
+    z_b = σ √((1 − s)/s) with s = `clip_budget_share` (the count's share of z⁻², which is its
+    share of ρ when sens² = k, as for C = I; the report states the realized share). A function
+    of privacy fields only: a resumed run with more rounds keeps the σ_b its rounds had."""
     from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
-    from dp_fl.accounting import zcdp  # pylint: disable=g-import-not-at-top
     settings = config.mechanism_settings
     if not settings.adaptive_clipping:
       return None
     if settings.clip_count_stddev is not None:
       return settings.clip_count_stddev
-    planned = planned_participation(config, num_clients)
-    sens = self.load_or_build(config).sensitivity(
-        config.rounds, planned.min_sep, planned.max_participations).guaranteed
-    return adaptive_clipping.count_stddev_for_share(
-        zcdp.rho_from_sensitivity(sens, config.noise_multiplier), planned.max_participations,
-        settings.clip_budget_share, adaptive_clipping.ZERO_OUT)
+    return adaptive_clipping.count_stddev_of(
+        adaptive_clipping.count_multiplier_for_share(config.noise_multiplier,
+                                                     settings.clip_budget_share),
+        adaptive_clipping.ZERO_OUT)
 
-  def clip_estimator(self, config, num_clients: Optional[int]):
+  def clip_estimator(self, config, num_clients: Optional[int] = None):
     """The run's `adaptive_clipping.ClipEstimator` (None for a fixed clip norm)."""
-    return clip_estimator(config, self.count_stddev(config, num_clients), "zero_out")
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
+    del num_clients  # σ_b depends on no participation (`count_stddev`).
+    return clip_estimator(config, self.count_stddev(config), adaptive_clipping.ZERO_OUT)
 
   def load_or_build(self, config):
     """Loaded from the run directory when resuming (so a resumed run uses exactly the same
@@ -412,7 +414,9 @@ class DpFtrlEntry(MechanismEntry):
     settings = config.mechanism_settings
     total = zcdp.rho_for_epsilon(target_epsilon, config.delta)
     if settings.clip_count_stddev is None:
-      update_rho = (1.0 - settings.clip_budget_share) * total
+      # σ_b = σ √((1 − s)/s): ρ = (sens² + k s/(1 − s)) / 2σ² (`count_stddev`).
+      share = settings.clip_budget_share
+      sigma = math.sqrt((sens * sens + participations * share / (1.0 - share)) / (2.0 * total))
     else:
       spent = self.clip_estimator(config, num_clients).rho(participations)
       update_rho = total - spent
@@ -422,7 +426,7 @@ class DpFtrlEntry(MechanismEntry):
             f"over the planned {participations} participations, the whole budget of ε = "
             f"{target_epsilon:g} (ρ = {total:.4g}); raise it, or drop it to give the "
             f"estimator --clip_budget_share={settings.clip_budget_share:g} of the budget.")
-    sigma = zcdp.noise_multiplier_for_rho(sens, update_rho)
+      sigma = zcdp.noise_multiplier_for_rho(sens, update_rho)
 
     def composed_epsilon(sigma_):
       rho = (zcdp.rho_from_sensitivity(sens, sigma_) + self.clip_estimator(
@@ -454,9 +458,9 @@ class DpFedAvgEntry(MechanismEntry):
       return None
     stddev = settings.clip_count_stddev
     if stddev is None:
-      share = settings.clip_budget_share
       stddev = adaptive_clipping.count_stddev_of(
-          config.noise_multiplier * math.sqrt((1.0 - share) / share),
+          adaptive_clipping.count_multiplier_for_share(config.noise_multiplier,
+                                                       settings.clip_budget_share),
           adaptive_clipping.ADD_REMOVE)
     return clip_estimator(config, stddev, adaptive_clipping.ADD_REMOVE)
 

@@ -28,9 +28,10 @@ def test_count_sensitivity_follows_the_adjacency():
 
 @pytest.mark.parametrize("share", [0.01, 0.1, 0.5, 0.9])
 def test_the_share_and_the_split_give_what_they_promise(share):
-  stddev = ac.count_stddev_for_share(0.8, 7, share, ac.ZERO_OUT)
+  # C = I, k = 7, σ = 0.8: the updates' ρ is 7 / 2σ²; the count takes `share` of the total.
+  stddev = ac.count_stddev_of(ac.count_multiplier_for_share(0.8, share), ac.ZERO_OUT)
   estimator = ac.estimator_rho(7, stddev, ac.ZERO_OUT)
-  assert estimator / (estimator + 0.8) == pytest.approx(share, rel=1e-12)
+  assert estimator / (estimator + 7 / (2 * 0.8 ** 2)) == pytest.approx(share, rel=1e-12)
   z_update, z_count = ac.split_noise_multiplier(1.3, share)
   assert ac.effective_noise_multiplier(z_update, z_count) == pytest.approx(1.3, rel=1e-12)
   assert (1.3 / z_count) ** 2 == pytest.approx(share, rel=1e-12)

@@ -302,8 +302,13 @@ def test_calibration_splits_the_budget_and_the_report_reaches_the_target(tmp_pat
         mech, sigma, report_lib.Participation(12, planned.min_sep, planned.max_participations),
         1e-5, clip_estimator=entry.clip_estimator(calibrated, 10))
     assert 4.0 * 0.999 <= report.epsilon <= 4.0
-    if stddev is None:
-      assert report.adaptive_clipping.share == pytest.approx(0.1, rel=1e-6)
+    if stddev is None:  # The count takes 10 % of z⁻²: of ρ in proportion k : sens².
+      k, counts = planned.max_participations, planned.max_participations * 0.1 / 0.9
+      assert report.adaptive_clipping.share == pytest.approx(
+          counts / (report.sensitivity ** 2 + counts), rel=1e-6)
+      if mechanism == "dpsgd":  # sens² = k.
+        assert report.sensitivity ** 2 == pytest.approx(k)
+        assert report.adaptive_clipping.share == pytest.approx(0.1, rel=1e-6)
 
 
 def test_a_count_noise_that_spends_the_budget_is_refused(tmp_path):
@@ -327,6 +332,16 @@ def test_compared_rows_name_an_adaptive_variant():
     registry.variant("cpsgd+adaptive")
   with pytest.raises(ValueError, match="mechanism"):
     registry.variant("nope+adaptive")
+
+
+def test_the_default_count_noise_survives_a_resume_with_more_rounds(tmp_path):
+  """σ_b may not depend on the planned participation: a resume may raise --rounds, and a σ_b
+  that grew with it would under-charge the counts already released."""
+  config = _config(tmp_path, mechanism="blt", participation="min_sep_rounds", min_sep=2,
+                   target_unclipped_quantile=0.5)
+  entry = registry.mechanism("blt")
+  assert entry.count_stddev(config) == entry.count_stddev(config.replace(rounds=60))
+  assert entry.count_stddev(config) == pytest.approx(1.5 * 3.0)  # σ √((1 − 0.1)/0.1).
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
