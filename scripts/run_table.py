@@ -46,6 +46,11 @@ def _clip_norms(root_dir: str) -> tuple[Optional[float], Optional[float]]:
   return (values[0], values[-1]) if values else (None, None)
 
 
+def _first_accuracy(evaluation: dict[str, Any]) -> str:
+  """The metric of a run whose summary predates `headline_metric`: its first accuracy."""
+  return next((k for k in evaluation if "accuracy" in k), next(iter(evaluation), "loss"))
+
+
 def run_row(root_dir: str) -> dict[str, Any]:
   """One run's row (raises ValueError naming the directory when it is not a finished run)."""
   summary_path = os.path.join(root_dir, "summary.json")
@@ -66,6 +71,7 @@ def run_row(root_dir: str) -> dict[str, Any]:
   return {
       "run": os.path.basename(os.path.normpath(root_dir)),
       "task": summary.get("task"), "mechanism": config.get("mechanism"),
+      "headline_metric": summary.get("headline_metric") or _first_accuracy(evaluation),
       "rounds": summary.get("rounds_completed"), "stopped": summary.get("stopped"),
       "eval": evaluation, "baseline": baseline,
       "loss_over_unigram": (loss / unigram_loss if loss is not None and unigram_loss else None),
@@ -93,17 +99,24 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
   return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def group_rows(rows: Sequence[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-  """Mean ± std of `metric` and of the loss over the runs of each label."""
+def group_rows(rows: Sequence[dict[str, Any]], metric: Optional[str] = None
+               ) -> list[dict[str, Any]]:
+  """Mean ± std of `metric` (default: each group's task headline metric) and of the loss over
+  the runs of each label."""
   groups: dict[str, list[dict[str, Any]]] = {}
   for row in rows:
     groups.setdefault(_SEED_SUFFIX.sub("", row["run"]), []).append(row)
   out = []
   for label, members in groups.items():
-    metric_mean, metric_std = _mean_std([r["eval"].get(metric) for r in members])
+    tasks = {r["task"] for r in members}
+    if len(tasks) > 1:
+      raise ValueError(f"runs labelled {label!r} come from different tasks {sorted(tasks)}: "
+                       "rename their directories so each label is one task's.")
+    group_metric = metric or members[0]["headline_metric"]
+    metric_mean, metric_std = _mean_std([r["eval"].get(group_metric) for r in members])
     loss_mean, loss_std = _mean_std([r["eval"].get("loss") for r in members])
     share = [r["clip_budget_share"] for r in members if r["clip_budget_share"] is not None]
-    out.append({"label": label, "seeds": len(members), "metric": metric,
+    out.append({"label": label, "seeds": len(members), "metric": group_metric,
                 "metric_mean": metric_mean, "metric_std": metric_std,
                 "loss_mean": loss_mean, "loss_std": loss_std,
                 "epsilon_max": max((r["epsilon"] or 0.0) for r in members),
@@ -153,16 +166,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("run_dirs", nargs="+", help="finished run directories (--root_dir)")
   parser.add_argument("--metric", default=None,
-                      help="the metric of the grouped summary (default: the first accuracy)")
+                      help="the metric of the grouped summary (default: each task's headline "
+                           "metric, e.g. Reddit's accuracy_top1)")
   parser.add_argument("--format", choices=("table", "json"), default="table")
   exits.add_debug_flag(parser)
   args = parser.parse_args(None if argv is None else list(argv))
 
   def body() -> int:
     rows = [run_row(d) for d in args.run_dirs]
-    metric = args.metric or next(
-        (k for k in rows[0]["eval"] if "accuracy" in k), next(iter(rows[0]["eval"]), "loss"))
-    groups = group_rows(rows, metric)
+    groups = group_rows(rows, args.metric)
     if args.format == "json":
       print(json.dumps({"runs": rows, "groups": groups}, indent=1))
     else:

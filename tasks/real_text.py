@@ -234,17 +234,23 @@ def harvest(roots: Optional[Sequence[str]] = None,
       texts = list(pool.map(module_paragraphs, paths, chunksize=64))
   else:
     texts = [module_paragraphs(path) for path in paths]
-  per_module = []
+  return authors_of([(module, group, paragraphs)
+                     for (module, group, _), paragraphs in zip(modules, texts)])
+
+
+def authors_of(texts: Sequence[tuple[str, str, Sequence[str]]]) -> list[Author]:
+  """Authors from (name, group, paragraphs) of any source, sorted by name: a paragraph found
+  in `MAX_COPIES` or more texts is boilerplate and dropped; authors left with fewer than
+  `MIN_SENTENCES` sentences are left out."""
   copies = collections.Counter()
-  for (module, group, _), paragraphs in zip(modules, texts):
+  for _, _, paragraphs in texts:
     copies.update(paragraphs)
-    per_module.append((module, group, paragraphs))
   authors = []
-  for module, group, paragraphs in per_module:
+  for name, group, paragraphs in texts:
     own = tuple(p for p in paragraphs if copies[p] < MAX_COPIES)
     sentences = sentences_of(own)
     if len(sentences) >= MIN_SENTENCES:
-      authors.append(Author(module, group, own, sentences))
+      authors.append(Author(name, group, own, sentences))
   return sorted(authors, key=lambda a: a.name)
 
 

@@ -59,8 +59,11 @@ PRESETS: dict[str, cli.Preset] = {
                       server_learning_rate=1.0, server_momentum=0.9, cooldown_rounds=20,
                       eval_every=20, checkpoint_every=20, delta=1e-6, noise_guard="scale"),
         per_mechanism={
+            # Every banded/correlated DP-FTRL entry (BSR, BISR, BandInvMF included: they
+            # are accounted under Poisson only group by group) takes the device timer.
             **{m: dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
-                       min_sep=30) for m in ("blt", "bandmf", "two_band")},
+                       min_sep=30)
+               for m in ("blt", "bandmf", "two_band", "bsr", "bisr", "bandinvmf")},
             # cpSGD is accounted without amplification: the device timer as DP-FTRL's.
             "cpsgd": dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
                           min_sep=30, cpsgd_levels=256),

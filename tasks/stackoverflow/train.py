@@ -76,6 +76,9 @@ PRESETS: dict[str, cli.Preset] = {
             # 1.55 (vs DP-SGD's 0.60) and it stays below unigram; ε = 32 (σ 0.52) learns past
             # it (docs/RESULTS.md). 256 levels: the discretization costs ≈ 1.2x in variance.
             "cpsgd": dict(clip_norm=0.3, client_epochs=2, cpsgd_levels=256),
+            # DP-FedAvg is paper 001's: Poisson user sampling (expected cohort 50), amplified.
+            # ζ = 1 as BLT's, not tuned for it (docs/RESULTS.md, issue #42).
+            "dpfedavg": dict(participation="poisson"),
         },
         calibrate_epsilon=8.0),
     # Paper 004, Table 3 (its ref. [8] setting): 2052 rounds, 6 epochs of 342 rounds (each

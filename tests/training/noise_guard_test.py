@@ -129,6 +129,12 @@ def test_a_noisy_toy_run_warns_and_scales_and_stays_bounded(tmp_path, tff_contex
   assert rows[0]["guard_learning_rate_scale"] == rows[1]["guard_learning_rate_scale"] < 1
   assert rows[0]["noise_drift"] is not None and rows[0]["epsilon"] > 0
   assert "| warn | dpsgd |" in run_table.markdown(rows, run_table.group_rows(rows, "accuracy"))
+  # Grouped by each task's headline metric (summary.json names it); a label that mixes
+  # tasks is refused rather than averaged over two metrics.
+  assert [g["metric"] for g in run_table.group_rows(rows)] == ["accuracy", "accuracy"]
+  other_task = dict(rows[1], run="warn_s2", task="other")
+  with pytest.raises(ValueError, match="different tasks"):
+    run_table.group_rows([dict(rows[0], run="warn_s1"), other_task])
   with pytest.raises(ValueError, match="summary.json"):
     run_table.run_row(str(tmp_path))
   text = "".join(lines)
