@@ -23,9 +23,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import sys
 import traceback
-from typing import Callable, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 COMPLETED = 0
 FAILED = 1
@@ -125,6 +126,25 @@ def guarded(body: Callable[[], int], *, debug: bool = False,
     if debug:
       traceback.print_exc(file=stream)
     return code
+
+
+def add_report_flags(parser: argparse.ArgumentParser) -> None:
+  """`--format table|json` and `--debug`: the output flags of a tool using `report_main`."""
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  add_debug_flag(parser)
+
+
+def report_main(args: argparse.Namespace, make_report: Callable[[], Any],
+                format_table: Callable[[Any], str]) -> int:
+  """The body of a command-line tool that computes one report: `make_report()` under
+  `guarded`, printed as JSON (`args.format == "json"`) or as `format_table(report)`."""
+
+  def body() -> int:
+    report = make_report()
+    print(json.dumps(report, indent=1) if args.format == "json" else format_table(report))
+    return COMPLETED
+
+  return guarded(body, debug=args.debug)
 
 
 def _classify(error: BaseException, debug: bool) -> tuple[int, str]:

@@ -115,15 +115,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                       help="comma-separated directories of Python packages (default: this "
                            "environment's site-packages), or of man<section>/ folders "
                            f"(default: {','.join(manual_pages.DEFAULT_ROOTS)})")
-  parser.add_argument("--format", choices=("table", "json"), default="table")
-  exits.add_debug_flag(parser)
+  exits.add_report_flags(parser)
   return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
 
-  def body() -> int:
+  def report() -> dict[str, Any]:
     packages = [p for p in args.packages.split(",") if p] if args.packages else None
     sections = [p for p in args.sections.split(",") if p] if args.sections else None
     roots = [r for r in args.roots.split(",") if r] if args.roots else None
@@ -140,11 +139,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif sections:
       raise ValueError(f"--sections={args.sections!r} picks manual pages; pass "
                        f"--source={MANUAL_PAGES}, or --packages for Python packages.")
-    report = build(args.out_dir, packages, roots, args.source, sections)
-    print(json.dumps(report, indent=1) if args.format == "json" else format_table(report))
-    return exits.COMPLETED
+    return build(args.out_dir, packages, roots, args.source, sections)
 
-  return exits.guarded(body, debug=args.debug)
+  return exits.report_main(args, report, format_table)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl import files
+from tasks import sql_client_data
 from tasks.stackoverflow import _messages
 
 DATABASE_FILENAME = "stackoverflow.sqlite"  # As TFF names it.
@@ -480,6 +481,23 @@ def _check_sample(path: str, connection: sqlite3.Connection) -> None:
                   "and counted), e.g. %s.", path, len(result.problems), len(rows), first)
 
 
+def _check_index(path: str, connection: sqlite3.Connection,
+                 metadata: Sequence[tuple[Any, Any, Any]]) -> None:
+  """Refuses a file without an index on `examples(client_id, ...)` (every client read would
+  scan the whole table), naming the command that adds it."""
+  if sql_client_data.has_client_index(connection):
+    return
+  records = sum(n for _, _, n in metadata if isinstance(n, int))
+  directory = os.path.dirname(path)
+  raise ValueError(
+      f"StackOverflow data file {path} has no index on examples(client_id, split_name) "
+      f"(TFF's writer makes none): each client read would scan all {records:,} records "
+      f"({os.path.getsize(path) / 1e9:.2f} GB), every round. Add it once: "
+      f"`.venv/bin/python -m scripts.index_database --data_dir {directory}` (in place; the file "
+      "grows by about 8 %), or with --out_dir=DIR to index a copy when the "
+      "file is read-only; then pass the indexed directory as --data_dir.")
+
+
 def check_database(data_dir: str) -> dict[str, dict[str, int]]:
   """Checks `<data_dir>/stackoverflow.sqlite` against the format TFF's `load_data` reads.
 
@@ -490,10 +508,11 @@ def check_database(data_dir: str) -> dict[str, dict[str, int]]:
   in `examples` (and every client with rows is in `client_metadata`); client ids contain no
   quote (TFF splices them into SQL); at most `MAX_BAD_FRACTION` of the first
   `SAMPLE_RECORDS` train records are bad (`check_records`; a few are only logged: readers
-  quarantine them).
+  quarantine them); `examples` has an index whose first column is `client_id` (TFF reads
+  a client with `WHERE client_id = ...`: without one, every read scans the table).
   A `num_examples` that differs from the client's row count is logged as a warning. Costs
   one pass over the (client_id, split_name) index of `examples` (milliseconds for the
-  synthetic corpus), or over the table if it has no such index.
+  synthetic corpus).
 
   Args:
     data_dir: the directory holding `stackoverflow.sqlite`.
@@ -509,7 +528,8 @@ def check_database(data_dir: str) -> dict[str, dict[str, int]]:
       _check_schema(path, connection)
       metadata = connection.execute(
           "SELECT client_id, split_name, num_examples FROM client_metadata;").fetchall()
-      # Uses the (client_id, split_name) index when there is one; a full scan otherwise.
+      _check_index(path, connection, metadata)
+      # A pass over the (client_id, split_name) index.
       row_counts = {(client_id, split): count for client_id, split, count in connection.execute(
           "SELECT client_id, split_name, COUNT(*) FROM examples "
           "GROUP BY client_id, split_name;")}
@@ -659,11 +679,14 @@ def make_example(tokens: str, *, title: str = "", tags: str = "", creation_date:
 
 
 def write_database(directory: str, split_rows: Iterator[SplitRows], summary_filename: str,
-                   summary: Mapping[str, Any]) -> str:
+                   summary: Mapping[str, Any], index: bool = True) -> str:
   """Writes `<directory>/stackoverflow.sqlite` in TFF's format; returns its path.
 
   `split_rows` yields (split, `examples` rows (split, client_id, serialized example),
-  `client_metadata` rows (client_id, split, num_examples)). The database is written to a
+  `client_metadata` rows (client_id, split, num_examples)), a split's clients in one or
+  more consecutive chunks. With `index`, the (client_id, split_name) index of `examples`
+  that per-client reads need is built (`tasks/sql_client_data.py`). The database is
+  written to a
   temporary file in `directory` and renamed into place, so a killed writer never leaves a
   partial `stackoverflow.sqlite`; `summary` plus the clients and examples per split and the
   seconds it took go to `<directory>/<summary_filename>`.
@@ -694,11 +717,11 @@ def write_database(directory: str, split_rows: Iterator[SplitRows], summary_file
         connection.executemany(
             "INSERT INTO client_metadata (client_id, split_name, num_examples) "
             "VALUES (?, ?, ?);", metadata)
-        summary["num_clients"][split] = len(metadata)
-        summary["num_examples"][split] = len(examples)
-      # TFF's per-client query reads by (client_id, split_name).
-      connection.execute(
-          "CREATE INDEX examples_client_split ON examples (client_id, split_name);")
+        summary["num_clients"][split] = summary["num_clients"].get(split, 0) + len(metadata)
+        summary["num_examples"][split] = (summary["num_examples"].get(split, 0)
+                                          + len(examples))
+      if index:  # TFF's per-client query reads by (client_id, split_name).
+        connection.execute(sql_client_data.CREATE_INDEX)
       connection.commit()
     finally:
       connection.close()

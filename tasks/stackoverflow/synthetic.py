@@ -47,12 +47,13 @@ Same config, same bytes, given the same NumPy, SQLite and protobuf (pinned in th
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
 import os
 import time
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -63,6 +64,8 @@ from tasks.stackoverflow import database
 
 # Bump when the generator's output for a given config changes: it is part of the cache key.
 GENERATOR_VERSION = 1
+# Clients generated (and held in memory) at a time: ~800k sentences at the paper's sizes.
+CHUNK_CLIENTS = 2000
 DATABASE_FILENAME = database.DATABASE_FILENAME  # The format this module writes.
 CONFIG_FILENAME = "synthetic_config.json"
 SPLITS = database.SPLITS
@@ -115,6 +118,8 @@ class SyntheticConfig:
     topic_concentration: Dirichlet parameter of each user's topic mixture (small: users
       write about few topics).
     sentences_per_client_median: median number of sentences of a user (log-normal).
+    test_sentences_per_client_median: the median of a user's new posts in `test` (None:
+      `sentences_per_client_median`; the real test split's users have fewer).
     sentences_per_client_sigma: log-normal sigma of the number of sentences (heavy tail).
     max_sentences_per_client: cap on the number of sentences of a user.
     sentences_per_post_mean: mean number of sentences of a post (1 + Poisson).
@@ -139,6 +144,7 @@ class SyntheticConfig:
   num_topics: int = 24
   topic_concentration: float = 0.2
   sentences_per_client_median: float = 40.0
+  test_sentences_per_client_median: Optional[float] = None
   sentences_per_client_sigma: float = 1.0
   max_sentences_per_client: int = 1000
   sentences_per_post_mean: float = 4.0
@@ -172,6 +178,9 @@ class SyntheticConfig:
     for name in ("zipf_exponent", "topic_concentration", "sentences_per_client_median",
                  "words_per_sentence_median", "successor_decay"):
       _checks.check_positive(name, getattr(self, name))
+    if self.test_sentences_per_client_median is not None:
+      _checks.check_positive("test_sentences_per_client_median",
+                             self.test_sentences_per_client_median)
     for name in ("sentences_per_client_sigma", "words_per_sentence_sigma"):
       _checks.check_nonnegative(name, getattr(self, name))
     if _checks.check_finite("sentences_per_post_mean", self.sentences_per_post_mean) < 1:
@@ -192,8 +201,10 @@ class SyntheticConfig:
 
   def fingerprint(self) -> str:
     """A short hash of the parameters and the generator version: the cache sub-directory."""
-    blob = json.dumps({"generator_version": GENERATOR_VERSION, **dataclasses.asdict(self)},
-                      sort_keys=True)
+    fields = dataclasses.asdict(self)
+    if fields["test_sentences_per_client_median"] is None:  # Added later: old keys stay.
+      del fields["test_sentences_per_client_median"]
+    blob = json.dumps({"generator_version": GENERATOR_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
@@ -329,9 +340,12 @@ def _split_rows(split: str, client_ids: Sequence[str], mixtures: np.ndarray,
                 lang: _Language, config: SyntheticConfig, date_range: tuple[int, int],
                 rng: np.random.Generator) -> tuple[list[tuple[str, str, bytes]],
                                                    list[tuple[str, str, int]]]:
-  """The `examples` and `client_metadata` rows of one split."""
+  """The `examples` and `client_metadata` rows of some clients of one split."""
   num_clients = len(client_ids)
-  num_sentences = np.rint(config.sentences_per_client_median * np.exp(
+  median = config.sentences_per_client_median
+  if split == "test" and config.test_sentences_per_client_median is not None:
+    median = config.test_sentences_per_client_median
+  num_sentences = np.rint(median * np.exp(
       config.sentences_per_client_sigma * rng.standard_normal(num_clients)))
   num_sentences = np.clip(num_sentences, 1, config.max_sentences_per_client).astype(np.int64)
   # Posts: sizes 1 + Poisson, the last one cut so that a user has exactly its sentences.
@@ -383,8 +397,25 @@ def _split_rows(split: str, client_ids: Sequence[str], mixtures: np.ndarray,
   return examples, metadata
 
 
+def _chunked_rows(split: str, client_ids: Sequence[str], mixtures: np.ndarray,
+                  lang: _Language, config: SyntheticConfig, date_range: tuple[int, int],
+                  stage: int) -> Iterator[tuple[str, list, list]]:
+  """The rows of one split, `CHUNK_CLIENTS` clients at a time (bounded memory at any size).
+
+  Chunk i draws from `default_rng([seed, stage, i])`, chunk 0 from `[seed, stage]`: a split
+  of at most `CHUNK_CLIENTS` clients is the one-chunk corpus of `GENERATOR_VERSION` 1, byte
+  for byte.
+  """
+  for i, start in enumerate(range(0, len(client_ids), CHUNK_CLIENTS)):
+    rng = np.random.default_rng([config.seed, stage] + ([i] if i else []))
+    stop = start + CHUNK_CLIENTS
+    yield (split, *_split_rows(split, client_ids[start:stop], mixtures[start:stop], lang,
+                               config, date_range, rng))
+
+
 def _all_rows(config: SyntheticConfig) -> Iterator[tuple[str, list, list]]:
-  """(split, examples rows, client_metadata rows) for train, heldout and test."""
+  """(split, examples rows, client_metadata rows) for train, heldout and test, in chunks of
+  clients (several per split when a split has more than `CHUNK_CLIENTS`)."""
   lang = _make_language(config)
   users_rng = np.random.default_rng([config.seed, 2])
   alpha = np.full(config.num_topics, config.topic_concentration)
@@ -398,18 +429,17 @@ def _all_rows(config: SyntheticConfig) -> Iterator[tuple[str, list, list]]:
   test_users = np.sort(users_rng.choice(config.num_train_clients,
                                         size=config.num_test_clients, replace=False))
   test_ids = [train_ids[i] for i in test_users]
-  yield ("train", *_split_rows("train", train_ids, train_mix, lang, config,
-                               (_DATE_START, _DATE_2018), np.random.default_rng(
-                                   [config.seed, 3])))
-  yield ("heldout", *_split_rows("heldout", heldout_ids, heldout_mix, lang, config,
-                                 (_DATE_START, _DATE_END), np.random.default_rng(
-                                     [config.seed, 4])))
-  yield ("test", *_split_rows("test", test_ids, train_mix[test_users], lang, config,
-                              (_DATE_2018, _DATE_END), np.random.default_rng(
-                                  [config.seed, 5])))
+  yield from _chunked_rows("train", train_ids, train_mix, lang, config,
+                           (_DATE_START, _DATE_2018), 3)
+  yield from _chunked_rows("heldout", heldout_ids, heldout_mix, lang, config,
+                           (_DATE_START, _DATE_END), 4)
+  yield from _chunked_rows("test", test_ids, train_mix[test_users], lang, config,
+                           (_DATE_2018, _DATE_END), 5)
 
 
-def generate(config: SyntheticConfig, directory: str) -> str:
+def generate(config: SyntheticConfig, directory: str,
+             progress: Optional[Callable[[str, int, int], None]] = None,
+             index: bool = True) -> str:
   """Writes the corpus of `config` to `<directory>/stackoverflow.sqlite`; returns its path.
 
   The database is written to a temporary file in `directory` and renamed into place, so a
@@ -420,6 +450,10 @@ def generate(config: SyntheticConfig, directory: str) -> str:
   Args:
     config: the corpus parameters.
     directory: where to write (created if missing); an existing database is replaced.
+    progress: called after each chunk with (split, clients written in it so far, clients
+      of the split).
+    index: write the (client_id, split_name) index of `examples` (False: the file as
+      TFF's own `save_to_sql_client_data` writes it, without one).
 
   Returns:
     The path of the database.
@@ -428,7 +462,18 @@ def generate(config: SyntheticConfig, directory: str) -> str:
     raise ValueError(f"`config` must be a SyntheticConfig; got {type(config).__name__}.")
   summary = {"generator_version": GENERATOR_VERSION, "fingerprint": config.fingerprint(),
              "config": dataclasses.asdict(config)}
-  return database.write_database(directory, _all_rows(config), CONFIG_FILENAME, summary)
+  totals = {"train": config.num_train_clients, "heldout": config.num_heldout_clients,
+            "test": config.num_test_clients}
+
+  def rows():
+    done = collections.Counter()
+    for split, examples, metadata in _all_rows(config):
+      yield split, examples, metadata
+      done[split] += len(metadata)
+      if progress is not None:
+        progress(split, done[split], totals[split])
+
+  return database.write_database(directory, rows(), CONFIG_FILENAME, summary, index=index)
 
 
 def corpus_directory(config: Optional[SyntheticConfig] = None,

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tasks import sql_client_data
 from tasks.stackoverflow import data
 from tasks.stackoverflow import vocab as vocab_lib
 
@@ -64,6 +65,8 @@ def _write_db(directory, corpus=None, metadata=None, examples_sql=None, metadata
         rows.append((client_id, split, len(sentences)))
     connection.executemany("INSERT INTO client_metadata VALUES (?, ?, ?);",
                            rows if metadata is None else metadata)
+    if examples_sql is None:
+      connection.execute(sql_client_data.CREATE_INDEX)
   connection.close()
   return path
 
