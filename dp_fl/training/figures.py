@@ -255,6 +255,10 @@ def report_markdown(summary: Mapping[str, Any], config: Mapping[str, Any],
               f"{guard['prefix_noise_limit']:g})" + ("" if model is None else
               f"; the noise left in the final model {model:.3g}× the initial model's norm "
               f"(limit {guard['model_noise_limit']:g})") + "."]
+    if guard.get("marginal"):
+      lines.append("**Marginal**: within the limit, but in the band where runs have both "
+                   "learned and stayed at the unigram figure; a larger cohort or ε gives "
+                   "margin.")
     if not guard["learnable"]:
       lines.append(f"**Beyond what learns** by {guard['excess']:.3g}×: a cohort of "
                    f"{guard['suggested_cohort']}" + (

@@ -16,7 +16,9 @@ The limits were read off real-text runs (docs/RESULTS.md, "The noise guard"): on
 StackOverflow quick job every run that learned past unigram had a model-noise ratio ≤ 7.1
 (DP-SGD at ζ = 0.3), TreeAgg at ζ = 1 (8.1) stayed at the unigram figure, and the runs that
 diverged had 23.6 (DP-SGD, ζ = 1) and 40.4 (BLT with 20 clients a round, the issue's loss-230
-run); the Reddit quick jobs that learn have 2.7 (DP-FedAvg) and 1.1 (BLT).
+run); the Reddit quick jobs that learn have 2.7 (DP-FedAvg) and 1.1 (BLT). Between
+`MARGINAL_MODEL_NOISE` (5.5) and the limit runs went either way (6.35 stayed below the unigram
+accuracy on manual pages): such a run is told so, not scaled.
 
 During training (`DriftWatch`), an evaluation loss above `DRIFT_FACTOR` × the reference (the
 task's unigram loss, else the first evaluation) says the model is drifting on noise.
@@ -38,7 +40,19 @@ GUARDS = ("warn", "scale", "off")
 MODEL_NOISE_LIMIT = snr_lib.MODEL_NOISE_LIMIT
 PREFIX_NOISE_LIMIT = snr_lib.PREFIX_NOISE_LIMIT
 DEGRADE_MODEL_NOISE = snr_lib.DEGRADE_MODEL_NOISE
+MARGINAL_MODEL_NOISE = snr_lib.MARGINAL_MODEL_NOISE
 DRIFT_FACTOR = 1.5
+# The suggested ε aims this much inside the limits, and is rounded up (3 significant digits),
+# so that a run calibrated to the printed figure lands within them.
+SUGGESTION_MARGIN = 1.02
+
+
+def _round_up(value: float, digits: int = 3) -> float:
+  """`value` rounded up to `digits` significant digits."""
+  if value <= 0 or not math.isfinite(value):
+    return value
+  step = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+  return math.ceil(value / step - 1e-9) * step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +64,11 @@ class Assessment:
     learnable: whether both limited ratios are within their limits.
     excess: the factor by which the noise must shrink (1 when learnable).
     suggested_cohort: the clients per round that would divide the noise by `excess` at this σ.
-    suggested_epsilon: the ε at which the planned participation's σ is σ / `excess` (None
-      where the mechanism's accounting cannot be re-planned this simply).
+    suggested_epsilon: an ε at which the planned participation's σ is at most σ / `excess`
+      (`SUGGESTION_MARGIN` inside, rounded up; None where the mechanism's accounting cannot
+      be re-planned this simply).
+    marginal: within the limits but with a model-noise ratio above `MARGINAL_MODEL_NOISE`,
+      where runs have gone either way (a note, no scaling).
     learning_rate_scale: the factor `--noise_guard=scale` applies to the server rate (1: none).
     max_clip_norm: the clip norm at which the model's noise would be at its limit (at
       `DEGRADE_MODEL_NOISE` for a run beyond the limits; None without a model ratio); with
@@ -68,6 +85,7 @@ class Assessment:
   adaptive: bool = False
   population: Optional[int] = None
   mode: str = "warn"  # `--noise_guard` of the run.
+  marginal: bool = False
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -85,6 +103,11 @@ class Assessment:
     lines = [f"noise guard: one round's noise is {r.round_noise:.3g}× the clip norm; the summed "
              f"updates' noise {r.prefix_noise:.3g}× their largest signal (limit "
              f"{PREFIX_NOISE_LIMIT:g}){model}"]
+    if self.marginal:
+      lines.append(
+          f"  note: the model's noise is within the limit but above {MARGINAL_MODEL_NOISE:g}, "
+          "where runs have both learned and stayed at the unigram figure (docs/RESULTS.md); "
+          "a larger cohort or ε gives margin.")
     if not self.learnable:
       fixes = ([f"--clients_per_round={self.suggested_cohort} (at this σ; beyond the "
                 f"population of {self.population} clients)"
@@ -145,11 +168,15 @@ def assess(config: Any, inverse: Optional[np.ndarray], clients_per_round: float,
   scale = 1.0
   if not learnable:
     cohort = int(math.ceil(clients_per_round * excess))
-    epsilon = None if epsilon_at is None else epsilon_at(config.noise_multiplier / excess)
+    if epsilon_at is not None:
+      epsilon = epsilon_at(config.noise_multiplier / (excess * SUGGESTION_MARGIN))
+      epsilon = None if epsilon is None else _round_up(epsilon)
     if not adaptive and ratios.model_noise and ratios.model_noise > DEGRADE_MODEL_NOISE:
       scale = float(DEGRADE_MODEL_NOISE / ratios.model_noise)
+  marginal = bool(learnable and not adaptive and ratios.model_noise is not None
+                  and ratios.model_noise > MARGINAL_MODEL_NOISE)
   return Assessment(ratios, learnable, excess, cohort, epsilon, scale, max_clip, adaptive,
-                    population, config.noise_guard)
+                    population, config.noise_guard, marginal)
 
 
 def max_step_clip_norm(config: Any, assessment: Optional[Assessment]) -> Optional[float]:

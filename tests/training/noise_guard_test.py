@@ -36,6 +36,27 @@ def test_a_learnable_run_is_left_alone(tmp_path):
   assert len(verdict.lines()) == 1
 
 
+def test_the_band_below_the_limit_is_marked_marginal_not_scaled(tmp_path):
+  config = _config(tmp_path, noise_guard="scale")
+  full = 2.5 * np.sqrt(10)  # The model's noise over ‖w₀‖ = 1 (previous test).
+  marginal = noise_guard.assess(config, None, 4, 100, initial_model_norm=full / 6.5)
+  assert marginal.ratios.model_noise == pytest.approx(6.5)
+  assert marginal.learnable and marginal.marginal and marginal.learning_rate_scale == 1.0
+  assert noise_guard.apply(config, marginal) is config
+  assert "note: the model's noise is within the limit but above 5.5" in "\n".join(
+      marginal.lines())
+  clear = noise_guard.assess(config, None, 4, 100, initial_model_norm=full / 5.0)
+  assert clear.learnable and not clear.marginal and len(clear.lines()) == 1
+  beyond = noise_guard.assess(config, None, 4, 100, initial_model_norm=full / 8.0)
+  assert not beyond.learnable and not beyond.marginal
+
+
+@pytest.mark.parametrize("value, rounded", [(115.4, 116.0), (115.0, 115.0), (0.012341, 0.0124),
+                                            (12.2, 12.2), (9.99, 9.99), (9.991, 10.0)])
+def test_suggestions_round_up(value, rounded):
+  assert noise_guard._round_up(value) == pytest.approx(rounded)  # pylint: disable=protected-access
+
+
 def test_too_much_noise_warns_suggests_and_scales(tmp_path):
   config = _config(tmp_path, noise_multiplier=8.0, noise_guard="scale")
   asked = []
@@ -51,8 +72,12 @@ def test_too_much_noise_warns_suggests_and_scales(tmp_path):
   excess = max(verdict.ratios.prefix_noise, model / noise_guard.MODEL_NOISE_LIMIT)
   assert verdict.excess == pytest.approx(excess)
   assert verdict.suggested_cohort == int(np.ceil(4 * excess))
-  assert asked == [pytest.approx(8.0 / excess)]
-  assert verdict.suggested_epsilon == pytest.approx(3.0 * excess)
+  # Asked a little inside the limit, and rounded up: calibrating to the printed ε lands
+  # within the limits (a suggestion rounded down put a run 0.3 % beyond them).
+  assert asked == [pytest.approx(8.0 / (excess * noise_guard.SUGGESTION_MARGIN))]
+  exact = 3.0 * excess * noise_guard.SUGGESTION_MARGIN
+  assert exact <= verdict.suggested_epsilon <= exact * 1.01
+  assert f"{verdict.suggested_epsilon:.3g}" == f"{verdict.suggested_epsilon:g}"
   assert verdict.learning_rate_scale == pytest.approx(noise_guard.DEGRADE_MODEL_NOISE / model)
   scaled = noise_guard.apply(config, verdict)
   assert scaled.server_learning_rate == pytest.approx(verdict.learning_rate_scale)
