@@ -6,7 +6,7 @@
 | 1    | failed: an unexpected error (a bug); `--debug` shows the traceback. A training job  |
 |      | has checkpointed its last committed round: rerunning the command resumes there.     |
 | 2    | bad input: a flag, file or data value (the message names it, its value, the fix)     |
-| 3    | environment: disk full, permission denied, read-only or missing directory            |
+| 3    | environment: disk full, permission denied, read-only or missing directory, out of memory |
 | 4    | busy: another process holds the run directory's lock (the message names its pid)     |
 | 5    | stopped: the target ε was reached (`--target_epsilon`); the privacy budget is spent  |
 | 6    | stopped: non-finite updates (`--on_nonfinite`); lower the learning rates             |
@@ -155,6 +155,13 @@ def _classify(error: BaseException, debug: bool) -> tuple[int, str]:
     return BUSY, f"error: {error}"
   if isinstance(error, ValueError):
     return BAD_INPUT, f"error: {error}"
+  if isinstance(error, MemoryError) or type(error).__name__ == "ResourceExhaustedError":
+    # An allocation the up-front estimates (dp_fl/resources.py) did not foresee.
+    return ENVIRONMENT, (f"error: out of memory ({type(error).__name__}: "
+                         f"{_first_line(error, 200)}). Lower the sizes that set it (model, "
+                         "batch, sequence length, cohort, --rounds), or run on a machine with "
+                         "more memory; the checks made before the job started did not foresee "
+                         "it: please report it with --debug.")
   if isinstance(error, OSError):
     return ENVIRONMENT, f"error: {describe_os_error(error)}"
   if isinstance(error, RemoteWorkerError):

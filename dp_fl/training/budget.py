@@ -4,12 +4,17 @@
 (`catalog.Family.build_cost`), its evaluation for n rounds (`catalog.evaluation_cost`) and the
 participation ledger, and refuses the job beyond `--memory_budget_gb` / `--time_budget_hours`
 (`dp_fl.resources`, which holds the estimates and budgets of every tier) naming the rounds that
-would fit. `program.run` calls it before the run directory becomes the run's.
+would fit. `check_model_state` adds what scales with the model: the model-sized arrays the
+round holds (`MODEL_COPIES`) and the mechanism's noise buffers (BandMF with p bands: p − 1;
+paper 004's Table 1), in memory and in every checkpoint, naming the bands or buffers that
+would fit. `program.run` calls both before the run directory becomes the run's.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+import math
+from typing import Any, Mapping, Optional, Sequence
 
 from dp_fl import _checks
 from dp_fl import resources
@@ -66,3 +71,95 @@ def check_training(config: Any, num_clients: int,
   resources.require(estimate, {"rounds": n}, memory_bytes=memory, seconds=limit,
                     fits_up_to=fits if fits and fits >= 1 else None)
   return estimate
+
+
+# Model-sized float32 arrays a round holds besides the mechanism's noise buffers, counted
+# generously: the server model and its momentum, the aggregator's sum, the noise row and the
+# released update, a client's model, gradient, update and optimizer slots (Adam: two), and
+# TFF's copies when it serializes the state to and from its worker.
+MODEL_COPIES = 16
+# What a checkpoint holds besides the noise buffers: the model, momentum, optimizer state.
+CHECKPOINT_MODEL_COPIES = 3
+
+
+def model_state_estimate(dimension: int, noise_buffers: int) -> resources.Estimate:
+  """Memory of the model-sized arrays of a round with `noise_buffers` streaming buffers."""
+  return resources.Estimate(
+      f"the model-sized arrays of a round ({MODEL_COPIES} copies of the {dimension:,}-"
+      f"parameter model and {noise_buffers} noise buffers)",
+      4.0 * dimension * (MODEL_COPIES + noise_buffers),
+      basis=f"4 bytes × d × ({MODEL_COPIES} + buffers)")
+
+
+def checkpoint_bytes(dimension: int, noise_buffers: int) -> float:
+  """The size of one checkpoint (float32 state), e.g. for `scripts/plan` and the report."""
+  return 4.0 * dimension * (CHECKPOINT_MODEL_COPIES + noise_buffers)
+
+
+def check_model_state(config: Any, dimension: int, noise_buffers: Optional[int],
+                      memory_bytes: Optional[float] = None) -> resources.Estimate:
+  """Refuses a run whose model-sized arrays cannot fit the memory budget.
+
+  Names `--bands` (BandMF, BSR, BISR, BandInvMF: the buffers are the bands) or
+  `--blt_buffers` with the largest value that fits, or the model when even no buffers fit.
+  `noise_buffers` None (a C that cannot stream) counts as 0.
+  """
+  buffers = int(noise_buffers or 0)
+  memory = resources.memory_budget() if memory_bytes is None else memory_bytes
+  estimate = model_state_estimate(dimension, buffers)
+  if estimate.bytes <= memory:
+    return estimate
+  # The most buffers that fit (a C with p bands holds at most p of them).
+  fitting = int(memory // (4.0 * dimension)) - MODEL_COPIES
+  knobs = (catalog.family(config.mechanism).knobs if config.mechanism in catalog.names()
+           else "")
+  if buffers and knobs == "bands":
+    flags: dict[str, Any] = {"bands": getattr(config.mechanism_settings, "bands", None)
+                             or buffers + 1}
+  elif buffers and knobs == "blt":
+    flags = {"blt_buffers": buffers}
+  else:
+    flags = {"mechanism": config.mechanism}
+  fits = fitting if buffers and knobs and fitting >= 1 else None
+  resources.require(estimate, flags, memory_bytes=memory, seconds=math.inf,
+                    fits_up_to=fits)
+  return estimate
+
+
+@dataclasses.dataclass(frozen=True)
+class SizePart:
+  """One part of a task's memory: its bytes and the flags (with values) that set them, the
+  one to lower first."""
+  what: str
+  bytes: float
+  flags: Mapping[str, Any]
+
+
+def activation_bytes(batch_size: int, sequence_length: int, floats_per_token: float) -> float:
+  """Forward values kept for the backward pass of one batch (float32), counted twice (the
+  gradients of the same shapes)."""
+  return 2.0 * 4.0 * batch_size * sequence_length * floats_per_token
+
+
+def check_task_sizes(parameters: int, model_flags: Mapping[str, Any],
+                     parts: Sequence[SizePart] = (),
+                     memory_bytes: Optional[float] = None) -> resources.Estimate:
+  """Refuses model and data sizes that cannot fit, before any of it is allocated.
+
+  The model's `MODEL_COPIES` float32 copies plus `parts` (a batch's activations, data held
+  in memory) against the memory budget; the refusal names the flags of the largest part
+  (the model's: `model_flags`) and their values, so `--lstm_size 1e6` or
+  `--sequence_length 1e8` is a refusal naming them instead of an out-of-memory error.
+  """
+  model = SizePart(f"the {parameters:,}-parameter model ({MODEL_COPIES} copies)",
+                   4.0 * MODEL_COPIES * parameters, model_flags)
+  everything = [model, *parts]
+  total = resources.Estimate("; ".join(p.what for p in everything),
+                             sum(p.bytes for p in everything),
+                             basis=", ".join(f"{p.what.split(' (')[0]}: "
+                                             f"{resources.format_bytes(p.bytes)}"
+                                             for p in everything))
+  memory = resources.memory_budget() if memory_bytes is None else memory_bytes
+  largest = max(everything, key=lambda p: p.bytes)
+  resources.require(total, largest.flags, memory_bytes=memory, seconds=math.inf)
+  return total

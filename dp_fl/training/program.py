@@ -339,6 +339,8 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
                      f"{num_clients} training clients of task {task.name!r}; lower it.")
   budget.check_training(config, num_clients)
   mechanism = build_mechanism(config)
+  budget.check_model_state(config, model_dimension(task),
+                           None if mechanism is None else mechanism.buffers(config.rounds))
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
       restored.meta["mechanism_sha256"] != digest):

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from dp_fl import _checks
+from dp_fl.training import budget
 from dp_fl.training import task as task_lib
 from tasks import real_text
 from tasks.reddit import data
@@ -148,8 +149,28 @@ def _baselines(targets: np.ndarray, vocab_size: int) -> dict[str, float]:
               targets, data.token_ids(vocab_size).pad)}
 
 
+def check_sizes(settings: RedditSettings) -> None:
+  """Refuses model and batch sizes beyond the memory budget, naming the flags
+  (`budget.check_task_sizes`), before any of it is allocated."""
+  classes = data.token_ids(settings.vocab_size).num_classes
+  parameters = model.num_trainable_parameters(
+      settings.vocab_size, embedding_size=settings.embedding_size, lstm_size=settings.lstm_size)
+  model_flags = {"lstm_size": settings.lstm_size, "vocab_size": settings.vocab_size,
+                 "embedding_size": settings.embedding_size}
+  if settings.vocab_size * settings.embedding_size > 4 * settings.lstm_size ** 2:
+    model_flags = {"vocab_size": settings.vocab_size,
+                   "embedding_size": settings.embedding_size, "lstm_size": settings.lstm_size}
+  per_token = 2 * settings.embedding_size + 6 * settings.lstm_size + 3 * classes
+  batch = max(settings.batch_size, settings.eval_batch_size)
+  budget.check_task_sizes(parameters, model_flags, [budget.SizePart(
+      "one batch's activations", budget.activation_bytes(batch, settings.unroll, per_token),
+      {"unroll": settings.unroll, "batch_size": settings.batch_size,
+       "eval_batch_size": settings.eval_batch_size})])
+
+
 def make_task(settings: RedditSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
+  check_sizes(settings)
   paths = data_files(settings)
   prepared = data.prepare(
       paths, settings.prepared_cache_dir or DEFAULT_PREPARED_CACHE_DIR,

@@ -609,7 +609,7 @@ def _check_clients(path: str, metadata: list[tuple[Any, Any, Any]],
 
 
 def load_client_data(
-    data_dir: str,
+    data_dir: str, checked: bool = False,
 ) -> tuple[CheckedClientData, CheckedClientData, CheckedClientData]:
   """(train, heldout, test) client data of `<data_dir>/stackoverflow.sqlite`.
 
@@ -623,11 +623,13 @@ def load_client_data(
   Args:
     data_dir: the directory holding `stackoverflow.sqlite` (the real file, or
       `tasks.stackoverflow.synthetic.ensure_corpus()`).
+    checked: the caller has just run `check_database` on it (skips the second pass).
 
   Returns:
     `CheckedClientData` (TFF `ClientData`) for the train, heldout and test splits.
   """
-  check_database(data_dir)
+  if not checked:
+    check_database(data_dir)
   path = database_path(data_dir)
   parsed = tff.simulation.datasets.stackoverflow.load_data(cache_dir=os.path.dirname(path))
   quarantine = Quarantine(path)

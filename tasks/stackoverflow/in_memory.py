@@ -29,7 +29,7 @@ from tasks.stackoverflow import preprocessing
 from tasks.stackoverflow import vocab as vocab_lib
 
 # Sentences tokenized per batched TF call (bounds the transient memory of a chunk).
-_TOKENIZE_CHUNK = 1 << 16
+TOKENIZE_CHUNK = 1 << 16
 
 
 class _Tokenizer:
@@ -278,7 +278,7 @@ class _SplitReader:
       self._batch.append((i, self.read_count[i], rowid, bytes(blob)))
       self.read_count[i] += 1
       self.pending[i] += 1
-      if len(self._batch) == _TOKENIZE_CHUNK:
+      if len(self._batch) == TOKENIZE_CHUNK:
         self._flush()
     self._flush()
 

@@ -18,6 +18,7 @@ import functools
 from typing import Optional
 
 from dp_fl import _checks
+from dp_fl.training import budget
 from dp_fl.training import task as task_lib
 from tasks import real_text
 from tasks.stackoverflow import baselines
@@ -94,12 +95,44 @@ def data_directory(settings: StackOverflowSettings) -> str:
   return synthetic.ensure_corpus(config, cache_dir=settings.synthetic_cache_dir)
 
 
+def check_sizes(settings: StackOverflowSettings, train_sentences: int,
+                vocab_size: int) -> None:
+  """Refuses model, batch and in-memory data sizes beyond the memory budget, naming the
+  flags (`budget.check_task_sizes`), before any of it is allocated. `vocab_size`: the words
+  the vocabulary has (at most `settings.vocab_size`)."""
+  extended = vocab_lib.token_ids(vocab_size, settings.num_oov_buckets).extended_vocab_size
+  parameters = model.num_trainable_parameters(
+      vocab_size, settings.num_oov_buckets, embedding_size=settings.embedding_size,
+      lstm_size=settings.lstm_size)
+  model_flags = {"lstm_size": settings.lstm_size, "vocab_size": settings.vocab_size,
+                 "embedding_size": settings.embedding_size}
+  if vocab_size * settings.embedding_size > 4 * settings.lstm_size ** 2:
+    model_flags = {"vocab_size": settings.vocab_size,
+                   "embedding_size": settings.embedding_size, "lstm_size": settings.lstm_size}
+  # Per token of a batch: embedding and projection (E), the LSTM's gates and states (6H), the
+  # logits with their softmax and gradient (3 V).
+  per_token = (2 * settings.embedding_size + 6 * settings.lstm_size + 3 * extended)
+  parts = [budget.SizePart(
+      "one batch's activations", budget.activation_bytes(
+          settings.batch_size, settings.sequence_length + 1, per_token),
+      {"batch_size": settings.batch_size, "sequence_length": settings.sequence_length})]
+  if settings.in_memory:  # The tokenized train split, and one tokenizing chunk.
+    row = 4.0 * (settings.sequence_length + 1)
+    parts.append(budget.SizePart(
+        f"the train split tokenized into memory ({train_sentences:,} sentences)",
+        row * (train_sentences + in_memory.TOKENIZE_CHUNK),
+        {"sequence_length": settings.sequence_length, "in_memory": True}))
+  budget.check_task_sizes(parameters, model_flags, parts)
+
+
 def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   directory = data_directory(settings)
-  train, heldout, _ = database.load_client_data(directory)
+  counts = database.check_database(directory)
   vocab = vocab_lib.load_vocab(directory, settings.vocab_size, settings.word_count_file)
   vocab_size = len(vocab)
+  check_sizes(settings, counts["train"]["examples"], vocab_size)
+  train, heldout, _ = database.load_client_data(directory, checked=True)
   if settings.in_memory:
     train_data = in_memory.make_train_client_data_in_memory(
         directory, vocab, settings.batch_size, settings.max_elements_per_client,

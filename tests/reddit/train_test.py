@@ -89,6 +89,17 @@ def test_train_bad_input_is_a_clear_error(tmp_path, capsys):
   assert str(missing) in err and err.startswith("error: ") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flag, value", [("lstm_size", 10 ** 6), ("unroll", 10 ** 9),
+                                         ("eval_batch_size", 10 ** 9)])
+def test_sizes_that_cannot_fit_are_refused_naming_the_flag(corpus, tmp_path, capsys, flag,
+                                                           value):
+  code = train.main([f"--data_files={corpus}", f"--root_dir={tmp_path / 'run'}", "--rounds=2",
+                     *_TINY_FLAGS, f"--{flag}={value}"])
+  err = capsys.readouterr().err
+  assert code == 2, err
+  assert f"--{flag}={value}" in err.splitlines()[0] and "--memory_budget_gb" in err
+
+
 def test_paper001_preset_reproduces_the_papers_epsilon():
   from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
   preset = train.PRESETS["paper001"].training

@@ -408,5 +408,21 @@ def test_keyboard_interrupt_and_busy_map_to_their_codes():
   assert "held by pid 1" in stream.getvalue()
 
 
+def test_out_of_memory_is_an_environment_error_not_a_traceback():
+  class ResourceExhaustedError(Exception):  # TF's name; dp_fl does not import TF for it.
+    pass
+
+  for error in (MemoryError("Unable to allocate 23.8 TiB"),
+                ResourceExhaustedError("OOM when allocating tensor")):
+    def body(error=error):
+      raise error
+
+    stream = io.StringIO()
+    assert exits.guarded(body, stream=stream) == exits.ENVIRONMENT
+    text = stream.getvalue()
+    assert text.startswith("error: out of memory") and "Traceback" not in text
+    assert "internal error" not in text
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

@@ -78,6 +78,25 @@ def test_train_bad_input_is_a_clear_error(tmp_path, capsys):
   assert "stackoverflow.sqlite" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flag, value, part", [
+    ("lstm_size", 10 ** 6, "parameter model"),
+    ("sequence_length", 10 ** 8, "tokenized into memory"),
+    ("batch_size", 10 ** 7, "activations"),
+])
+def test_sizes_that_cannot_fit_are_refused_naming_the_flag(corpus_dir, tmp_path, capsys, flag,
+                                                           value, part):
+  # Found by a hostile-input pass (#43): these ended as exit-1 MemoryError /
+  # ResourceExhaustedError after minutes of loading; now refused before anything is built.
+  root = tmp_path / "run"
+  code = train.main([f"--data_dir={corpus_dir}", f"--root_dir={root}", "--rounds=2",
+                     *_TINY_FLAGS, f"--{flag}={value}"])
+  err = capsys.readouterr().err
+  assert code == 2, err
+  assert err.startswith(f"error: --{flag}={value}") and part in err
+  assert "--memory_budget_gb" in err and "Traceback" not in err
+  assert not os.listdir(root) if os.path.exists(root) else True
+
+
 def test_compare_writes_a_table_marked_by_its_data(corpus_dir, tmp_path, capsys):
   code = compare.main(["--mechanisms=none,dpsgd", "--rounds=2", "--calibrate_epsilon=4",
                        f"--data_dir={corpus_dir}", f"--out_dir={tmp_path}", "--seeds=1",

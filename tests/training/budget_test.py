@@ -67,3 +67,33 @@ def test_training_default_job_fits(tmp_path):
 
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
+
+
+# Paper 004's StackOverflow model: 4,050,748 parameters.
+_PAPER_D = 4_050_748
+
+
+@pytest.mark.parametrize("mechanism, buffers, flag, fits", [
+    # BandMF with 342 bands holds 341 model-sized buffers: 5.5 GB at the paper's model.
+    ("bandmf", 341, "--bands=342", "(at most 46 fits)"),
+    ("blt", 60, "--blt_buffers=60", "(at most 46 fits)"),
+    ("dpsgd", 0, "--mechanism=dpsgd", None),
+])
+def test_the_models_arrays_are_checked_and_name_what_fits(tmp_path, mechanism, buffers, flag,
+                                                          fits):
+  config = registry.make_config(task="t", root_dir=str(tmp_path), rounds=2052,
+                                clients_per_round=1000, mechanism=mechanism, min_sep=342)
+  per_copy = 4.0 * _PAPER_D
+  budget_bytes = per_copy * (budget.MODEL_COPIES + 46.5)
+  if mechanism == "dpsgd":
+    budget_bytes = per_copy * (budget.MODEL_COPIES - 1)
+  with pytest.raises(ValueError) as refused:
+    budget.check_model_state(config, _PAPER_D, buffers, memory_bytes=budget_bytes)
+  message = str(refused.value)
+  assert flag in message and "--memory_budget_gb" in message
+  assert (fits in message) if fits else "at most" not in message
+  # What fits passes, and the estimate is what the state holds.
+  fitted = budget.check_model_state(config, _PAPER_D, 46 if buffers else 0,
+                                    memory_bytes=per_copy * (budget.MODEL_COPIES + 46.5))
+  assert fitted.bytes == per_copy * (budget.MODEL_COPIES + (46 if buffers else 0))
+  assert budget.checkpoint_bytes(_PAPER_D, 341) == pytest.approx(5.58e9, rel=0.01)
