@@ -341,12 +341,15 @@ class Plan:
     for m in self.mechanisms:
       ratios = m.signal_to_noise
       if ratios is not None and ratios.prefix_noise > limit:
+        factor = signal_to_noise_lib.noise_factor(
+            ratios, signal_to_noise_lib.SUGGESTED_FRACTION, with_model=False)
         out.append(
             f"{m.name}: the noise of the summed updates is {ratios.prefix_noise:.3g}× the "
             f"largest signal they can carry (limit {limit:g}, the noise guard's): a model is "
             "unlikely to learn; about "
-            f"{math.ceil(s.report_goal * ratios.prefix_noise / limit)}"
-            " devices per round at this σ, or a larger ε, bring it in")
+            f"{math.ceil(s.report_goal * factor)}"
+            " devices per round at this σ, or a larger ε, bring it to half the limit (where "
+            "runs learned clearly)")
     return out
 
   def to_dict(self) -> dict[str, Any]:

@@ -41,6 +41,7 @@ MODEL_NOISE_LIMIT = snr_lib.MODEL_NOISE_LIMIT
 PREFIX_NOISE_LIMIT = snr_lib.PREFIX_NOISE_LIMIT
 DEGRADE_MODEL_NOISE = snr_lib.DEGRADE_MODEL_NOISE
 MARGINAL_MODEL_NOISE = snr_lib.MARGINAL_MODEL_NOISE
+SUGGESTED_FRACTION = snr_lib.SUGGESTED_FRACTION
 DRIFT_FACTOR = 1.5
 # The suggested ε aims this much inside the limits, and is rounded up (3 significant digits),
 # so that a run calibrated to the printed figure lands within them.
@@ -62,11 +63,12 @@ class Assessment:
   Attributes:
     ratios: the `SignalToNoise` ratios.
     learnable: whether both limited ratios are within their limits.
-    excess: the factor by which the noise must shrink (1 when learnable).
-    suggested_cohort: the clients per round that would divide the noise by `excess` at this σ.
-    suggested_epsilon: an ε at which the planned participation's σ is at most σ / `excess`
-      (`SUGGESTION_MARGIN` inside, rounded up; None where the mechanism's accounting cannot
-      be re-planned this simply).
+    excess: the factor by which the noise must shrink to be within the limits (1 when
+      learnable).
+    suggested_cohort: beyond the limits or marginal, the clients per round that bring the
+      noise to half the limits (`signal_to_noise.SUGGESTED_FRACTION`) at this σ.
+    suggested_epsilon: likewise an ε (`SUGGESTION_MARGIN` further inside, rounded up; None
+      where the mechanism's accounting cannot be re-planned this simply).
     marginal: within the limits but with a model-noise ratio above `MARGINAL_MODEL_NOISE`,
       where runs have gone either way (a note, no scaling).
     learning_rate_scale: the factor `--noise_guard=scale` applies to the server rate (1: none).
@@ -103,24 +105,25 @@ class Assessment:
     lines = [f"noise guard: one round's noise is {r.round_noise:.3g}× the clip norm; the summed "
              f"updates' noise {r.prefix_noise:.3g}× their largest signal (limit "
              f"{PREFIX_NOISE_LIMIT:g}){model}"]
+    fixes = ([f"--clients_per_round={self.suggested_cohort} (at this σ; beyond the "
+              f"population of {self.population} clients)"
+              if self.population and self.suggested_cohort > self.population else
+              f"--clients_per_round={self.suggested_cohort} (at this σ)"]
+             if self.suggested_cohort else [])
+    if self.suggested_epsilon is not None:
+      fixes.append(f"ε ≈ {self.suggested_epsilon:.3g} (--calibrate_epsilon)")
+    fix_text = (f"Half the limits (where runs learned clearly) needs "
+                f"{' or '.join(fixes) or 'a larger cohort or ε'} (or fewer rounds: more "
+                "noise-free signal per row).")
     if self.marginal:
       lines.append(
           f"  note: the model's noise is within the limit but above {MARGINAL_MODEL_NOISE:g}, "
-          "where runs have both learned and stayed at the unigram figure (docs/RESULTS.md); "
-          "a larger cohort or ε gives margin.")
+          "where runs have both learned and stayed at the unigram figure (docs/RESULTS.md). "
+          + fix_text)
     if not self.learnable:
-      fixes = ([f"--clients_per_round={self.suggested_cohort} (at this σ; beyond the "
-                f"population of {self.population} clients)"
-                if self.population and self.suggested_cohort > self.population else
-                f"--clients_per_round={self.suggested_cohort} (at this σ)"]
-               if self.suggested_cohort else [])
-      if self.suggested_epsilon is not None:
-        fixes.append(f"ε ≈ {self.suggested_epsilon:.3g} (--calibrate_epsilon)")
       lines.append(
           f"  WARNING: the noise is {self.excess:.3g}× what runs that learned had: this run is "
-          "likely to stay at the unigram figure or diverge. Dividing the noise by that factor "
-          f"needs {' or '.join(fixes) or 'a larger cohort or ε'} (or fewer rounds: more "
-          "noise-free signal per row).")
+          f"likely to stay at the unigram figure or diverge. {fix_text}")
       if self.learning_rate_scale < 1 and self.mode == "scale":
         lines.append(f"  --noise_guard=scale: server learning rate × "
                      f"{self.learning_rate_scale:.3g} (the model's noise at half the limit), so "
@@ -158,23 +161,25 @@ def assess(config: Any, inverse: Optional[np.ndarray], clients_per_round: float,
       initial_model_norm=initial_model_norm, clip_norm=config.clip_norm)
   adaptive = bool(getattr(config.mechanism_settings, "adaptive_clipping", False))
   # The model's noise scales with ζ: with adaptive clipping ζ₀ says nothing about it.
-  model_excess = 0.0 if adaptive else (ratios.model_noise or 0.0) / MODEL_NOISE_LIMIT
-  excess = float(max(1.0, ratios.prefix_noise / PREFIX_NOISE_LIMIT, model_excess))
+  excess = snr_lib.noise_factor(ratios, with_model=not adaptive)
   learnable = bool(excess == 1.0)
+  marginal = bool(learnable and not adaptive and ratios.model_noise is not None
+                  and ratios.model_noise > MARGINAL_MODEL_NOISE)
   cohort = epsilon = max_clip = None
   target = MODEL_NOISE_LIMIT if learnable else DEGRADE_MODEL_NOISE
   if ratios.model_noise:
     max_clip = float(config.clip_norm * target / ratios.model_noise)
   scale = 1.0
-  if not learnable:
-    cohort = int(math.ceil(clients_per_round * excess))
+  if not learnable or marginal:
+    # The fixes aim at half of each limit (`SUGGESTED_FRACTION`), where runs learned clearly.
+    factor = snr_lib.noise_factor(ratios, SUGGESTED_FRACTION, with_model=not adaptive)
+    cohort = int(math.ceil(clients_per_round * factor))
     if epsilon_at is not None:
-      epsilon = epsilon_at(config.noise_multiplier / (excess * SUGGESTION_MARGIN))
+      epsilon = epsilon_at(config.noise_multiplier / (factor * SUGGESTION_MARGIN))
       epsilon = None if epsilon is None else _round_up(epsilon)
-    if not adaptive and ratios.model_noise and ratios.model_noise > DEGRADE_MODEL_NOISE:
-      scale = float(DEGRADE_MODEL_NOISE / ratios.model_noise)
-  marginal = bool(learnable and not adaptive and ratios.model_noise is not None
-                  and ratios.model_noise > MARGINAL_MODEL_NOISE)
+  if not learnable and not adaptive and ratios.model_noise and (
+      ratios.model_noise > DEGRADE_MODEL_NOISE):
+    scale = float(DEGRADE_MODEL_NOISE / ratios.model_noise)
   return Assessment(ratios, learnable, excess, cohort, epsilon, scale, max_clip, adaptive,
                     population, config.noise_guard, marginal)
 

@@ -216,5 +216,8 @@ def test_model_dimension_states_the_noise_against_the_signal_and_warns():
       dpsgd.noise_multiplier * math.sqrt(365_588) / 20 / math.sqrt(100))
   warnings_ = [w for w in plan.warnings() if "summed updates" in w]
   assert len(warnings_) == 2 and "devices per round" in warnings_[0]
+  # The cohort that brings the summed noise to half its limit.
+  assert f"about {math.ceil(20 * blt.signal_to_noise.prefix_noise / 0.5)} devices" in (
+      warnings_[0])
   assert "Noise against signal" in plan_lib.format_table(plan)
   assert plan.to_dict()["mechanisms"][0]["signal_to_noise"]["prefix_noise"] > 1

@@ -43,8 +43,11 @@ def test_the_band_below_the_limit_is_marked_marginal_not_scaled(tmp_path):
   assert marginal.ratios.model_noise == pytest.approx(6.5)
   assert marginal.learnable and marginal.marginal and marginal.learning_rate_scale == 1.0
   assert noise_guard.apply(config, marginal) is config
-  assert "note: the model's noise is within the limit but above 5.5" in "\n".join(
-      marginal.lines())
+  text = "\n".join(marginal.lines())
+  assert "note: the model's noise is within the limit but above 5.5" in text
+  # It says what gives margin: half the limit.
+  assert marginal.suggested_cohort == int(np.ceil(4 * 6.5 / 3.75))
+  assert f"--clients_per_round={marginal.suggested_cohort}" in text
   clear = noise_guard.assess(config, None, 4, 100, initial_model_norm=full / 5.0)
   assert clear.learnable and not clear.marginal and len(clear.lines()) == 1
   beyond = noise_guard.assess(config, None, 4, 100, initial_model_norm=full / 8.0)
@@ -71,11 +74,13 @@ def test_too_much_noise_warns_suggests_and_scales(tmp_path):
   assert not verdict.learnable
   excess = max(verdict.ratios.prefix_noise, model / noise_guard.MODEL_NOISE_LIMIT)
   assert verdict.excess == pytest.approx(excess)
-  assert verdict.suggested_cohort == int(np.ceil(4 * excess))
-  # Asked a little inside the limit, and rounded up: calibrating to the printed ε lands
-  # within the limits (a suggestion rounded down put a run 0.3 % beyond them).
-  assert asked == [pytest.approx(8.0 / (excess * noise_guard.SUGGESTION_MARGIN))]
-  exact = 3.0 * excess * noise_guard.SUGGESTION_MARGIN
+  # The fixes aim at half of each limit: at the limit itself a Reddit run did not learn.
+  factor = max(verdict.ratios.prefix_noise / 0.5, model / (0.5 * noise_guard.MODEL_NOISE_LIMIT))
+  assert verdict.suggested_cohort == int(np.ceil(4 * factor))
+  # Asked a little inside, and rounded up: calibrating to the printed ε lands within what
+  # was aimed at (a suggestion rounded down put a run 0.3 % beyond it).
+  assert asked == [pytest.approx(8.0 / (factor * noise_guard.SUGGESTION_MARGIN))]
+  exact = 3.0 * factor * noise_guard.SUGGESTION_MARGIN
   assert exact <= verdict.suggested_epsilon <= exact * 1.01
   assert f"{verdict.suggested_epsilon:.3g}" == f"{verdict.suggested_epsilon:g}"
   assert verdict.learning_rate_scale == pytest.approx(noise_guard.DEGRADE_MODEL_NOISE / model)
