@@ -204,6 +204,23 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
 )}
 
 
+def preflight(name: str, device: str = "auto", workers: Optional[str] = None,
+              worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
+              worker_tls: Optional[runtime_lib.TlsFiles] = None, **unused: Any) -> None:
+  """What a `--runtime` needs from the machine, checked before a run directory is written:
+  the `--device` TensorFlow must see (xla, workers), and every worker of `--workers`
+  reachable and of this process's versions (connected once and let go)."""
+  del unused
+  runtime(name)
+  if name in ("xla", "workers"):
+    from dp_fl.execution import xla  # pylint: disable=g-import-not-at-top
+    xla.select_device(device)
+  if name == "workers":
+    from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+    remote_workers.connect(runtime_lib.parse_workers(workers or ""), worker_timeout_seconds,
+                           tls=worker_tls)
+
+
 def runtime(name: str) -> Runtime:
   """The `--runtime` entry; unknown names fail with the known ones."""
   found = RUNTIMES.get(name)

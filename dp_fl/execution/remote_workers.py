@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import socket
 import time
 from typing import Any, Optional, Sequence
 
@@ -79,6 +80,27 @@ class _Deadline(grpc.UnaryUnaryClientInterceptor):
     return continuation(client_call_details._replace(timeout=self.seconds), request)
 
 
+def _what_listens(address: str, timeout_seconds: float = 2.0) -> Optional[str]:
+  """What holds `address` when gRPC gets no answer: None when nothing accepts a TCP
+  connection there, else a description ("an HTTP/1.x server (HTTP/1.0 200 OK)", "a
+  service that is not gRPC")."""
+  host, _, port = address.rpartition(":")
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout_seconds) as sock:
+      sock.settimeout(timeout_seconds)
+      try:
+        sock.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+        answer = sock.recv(64)
+      except OSError:
+        answer = b""
+  except (OSError, ValueError):
+    return None
+  if answer.startswith(b"HTTP/"):
+    status = answer.split(b"\r\n", 1)[0].decode("ascii", "replace")
+    return f"an HTTP/1.x server listens there ({status})"
+  return "a service that does not speak gRPC listens there"
+
+
 def _context(address: str, timeout_seconds: float, connect_seconds: float,
              tls: Optional[runtime.TlsFiles] = None) -> Any:
   """A synchronous TFF execution context whose executor is the worker at `address`."""
@@ -93,6 +115,12 @@ def _context(address: str, timeout_seconds: float, connect_seconds: float,
               " (over TLS: is a TLS front end listening there, does its certificate name "
               f"{address.rpartition(':')[0]!r} and chain to --worker_tls_ca_cert, and does it "
               "accept this client's certificate?)")
+      listener = _what_listens(address) if tls is None else None
+      if listener is not None:
+        raise exits.RemoteWorkerError(
+            address, f"{listener}, not a TFF worker (no gRPC answer within "
+            f"{connect_seconds:g} s): check the address, or start the worker on a free port "
+            "(`./bazelw run //scripts:worker -- --port=PORT`)")
       raise exits.RemoteWorkerError(
           address, f"not reachable within {connect_seconds:g} s{hint}; start it there with "
           "`./bazelw run //scripts:worker -- --port=PORT` (docs/DISTRIBUTED.md) or drop it from "

@@ -277,6 +277,20 @@ def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
 # The loop.
 
 
+def check_population(restored: checkpoints_lib.Checkpoint, num_clients: int) -> None:
+  """Refuses to resume from `restored` on a population of another size than it trained on,
+  naming that (checked before the settings: a calibrated σ follows the population, and a
+  changed σ would otherwise be blamed). Checkpoints before the record existed pass."""
+  saved_clients = restored.meta.get("num_clients")
+  if saved_clients is not None and saved_clients != num_clients:
+    raise ValueError(
+        f"Refusing to resume from the checkpoint {restored.path}: it trained on a population "
+        f"of {saved_clients} clients, the data given now has {num_clients} (another "
+        "--data_dir / --data_files or corpus?). Its participation ledger and privacy account "
+        "are of the first population: resume with the same data, or start a new run in "
+        "another --root_dir.")
+
+
 def check_checkpoint_privacy(restored: checkpoints_lib.Checkpoint,
                              config: config_lib.TrainingConfig,
                              config_was_saved: bool) -> None:
@@ -325,6 +339,9 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
   manager = checkpoints_lib.CheckpointManager(
       os.path.join(config.root_dir, "checkpoints"), keep=config.keep_checkpoints)
   restored = manager.restore_latest()
+  num_clients = population(task, config)
+  if restored is not None:
+    check_population(restored, num_clients)
   saved = config_lib.check_saved(config, registry.config_from_dict)
   if restored is not None:
     check_checkpoint_privacy(restored, config, saved is not None)
@@ -332,7 +349,6 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
     _refuse_lost_checkpoints(config, manager)
     if saved is None:
       _refuse_stray_mechanism(config)
-  num_clients = population(task, config)
   if (num_clients < config.clients_per_round
       and not registry.PARTICIPATIONS[config.participation].variable_cohorts):
     raise ValueError(f"--clients_per_round={config.clients_per_round} exceeds the "
@@ -349,6 +365,9 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
         f"mechanism (parameters hash {restored.meta['mechanism_sha256'][:12]}…, now "
         f"{str(digest)[:12]}…); {MECHANISM_FILE} in {config.root_dir!r} was changed or "
         "rebuilt. Put back the run's mechanism file, or start a new run in another --root_dir.")
+  # The device and the workers, before anything is written (#43: config.json used to be
+  # written before a missing GPU or an unreachable worker was found).
+  learners_lib.preflight(config.runtime, **config.runtime_settings.learner_kwargs())
   config_lib.save(config)  # Everything validated: the run directory is now this run's.
   save_mechanism(config, mechanism)
   return _Start(manager, restored, mechanism, digest, num_clients)
@@ -490,7 +509,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
     start.manager.save(round_number, tf.nest.flatten(learner.state()), blobs,
                        {"discarded_rounds": participation.scheduler.discarded_rounds,
                         "task": task.name, "privacy": config.privacy_record(),
-                        "mechanism_sha256": start.digest})
+                        "mechanism_sha256": start.digest, "num_clients": start.num_clients})
 
   def evaluate_and_watch() -> dict[str, float]:
     metrics = evaluate(task, learner.model_weights())

@@ -4,9 +4,11 @@ a rerun resumes; no worker process outlives the test."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -179,6 +181,28 @@ def test_an_unreachable_worker_is_refused_naming_it(tmp_path):
   with pytest.raises(exits.RemoteWorkerError, match=f"{address} not reachable"):
     from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     remote_workers.connect([address], connect_seconds=1.0)
+
+
+def test_a_web_server_on_the_worker_port_is_named_as_such(tmp_path):
+  # Found by a hostile-input pass (#43): it was reported "not reachable".
+  server = http.server.HTTPServer(("localhost", 0), http.server.BaseHTTPRequestHandler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  address = f"localhost:{server.server_address[1]}"
+  try:
+    from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+    with pytest.raises(exits.RemoteWorkerError, match=f"{address} .*an HTTP/1.x server "
+                       "listens there .*not a TFF worker"):
+      remote_workers.connect([address], connect_seconds=1.0)
+    # A training run against it writes nothing into its run directory.
+    config = toy_program.toy_config(str(tmp_path / "run"), 2, "blt", workers=address,
+                                    worker_timeout_seconds=5.0)
+    with pytest.raises(exits.RemoteWorkerError):
+      with runtime.execution_context():
+        program.run(toy_task.make_task(num_clients=4), config)
+    assert not os.path.exists(tmp_path / "run" / "config.json")
+  finally:
+    server.shutdown()
 
 
 def _connect(worker):

@@ -251,6 +251,11 @@ def test_bad_root_dirs_and_privacy_changes_fail_before_training(tmp_path):
   with pytest.raises(ValueError, match="noise_multiplier: 0.5 -> 0.6"):
     program.run(toy_task.make_task(),
                 toy_program.toy_config(str(root), 4, "dpsgd", noise_multiplier=0.6))
+  # Another population (other data) with the σ a calibration would give it: the population
+  # is named, not the σ (#43: it was blamed on noise_multiplier).
+  with pytest.raises(ValueError, match=r"population of 24 clients, the data given now has 9"):
+    program.run(toy_task.make_task(num_clients=9),
+                toy_program.toy_config(str(root), 4, "dpsgd", noise_multiplier=0.6))
   # Non-privacy fields may change on resume: more rounds continue the run.
   more = program.run(toy_task.make_task(), toy_program.toy_config(str(root), 4, "dpsgd"))
   assert more.resumed_from == 2 and more.rounds_completed == 4
