@@ -47,6 +47,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Mapping, Optional, TextIO
 
@@ -308,6 +309,14 @@ def check_writable_output(flag: str, path: Optional[str]) -> None:
       os.path.exists(path) and not os.access(path, os.W_OK)):
     raise ValueError(f"--{flag}={path!r} cannot be written (permission denied on "
                      f"{directory!r} or the file); choose a writable location.")
+  # Permissions do not tell everything (root passes every check; /proc, /sys and read-only
+  # mounts refuse anyway): create and remove a file there, as the final write will.
+  try:
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".write-probe-"):
+      pass
+  except OSError as e:
+    raise ValueError(f"--{flag}={path!r} cannot be written: a file cannot be created in "
+                     f"{directory!r} ({e.strerror or e}); choose a writable location.") from e
 
 
 def ensure_writable_dir(what: str, path: str) -> None:

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable, Optional
 
 from dp_fl import _checks
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.participation import base
 from dp_fl.participation import device_timer
 from dp_fl.participation import ledger as ledger_lib
+
+
+# `extrapolate` reports its progress every this many committed rounds.
+PROGRESS_EVERY = 1000
 
 
 def optimistic_min_separation(population: int, report_goal: int) -> int:
@@ -82,7 +86,9 @@ class Extrapolation:
 
 
 def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
-                seeds: tuple[int, ...] = (0,), **scheduler_kwargs: Any) -> Extrapolation:
+                seeds: tuple[int, ...] = (0,),
+                progress: Optional[Callable[[int], None]] = None,
+                **scheduler_kwargs: Any) -> Extrapolation:
   """Simulates the device-timer system to predict realized (b, k).
 
   Args:
@@ -90,6 +96,8 @@ def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
     report_goal: clients per round ``m``.
     planned_rounds: rounds ``n`` to simulate.
     seeds: one simulation per seed; the result reports the worst case.
+    progress: called with the rounds emulated so far (over all seeds) every
+      `PROGRESS_EVERY` rounds.
     **scheduler_kwargs: `DeviceTimerScheduler` keyword arguments (timer
       ``min_separation_hours``/``min_separation_rounds``, ``availability``,
       ``round_duration_hours``, ``on_shortfall``, ...). A diurnal availability
@@ -104,11 +112,14 @@ def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
     raise ValueError("`seeds` must hold at least one seed; got an empty tuple.")
   trials, short, shortfall, hours, skipped = [], [], [], [], []
   enforced = None
-  for seed in seeds:
+  for i, seed in enumerate(seeds):
     scheduler = device_timer.DeviceTimerScheduler(population, report_goal, planned_rounds, seed,
                                                   **scheduler_kwargs)
     enforced = scheduler.enforced_min_separation
-    skipped.append(commit_rounds(scheduler, planned_rounds))
+    offset = i * planned_rounds
+    skipped.append(commit_rounds(
+        scheduler, planned_rounds,
+        None if progress is None else (lambda done, offset=offset: progress(offset + done))))
     log = scheduler.shortfall_log()
     trials.append(scheduler.realized())
     short.append(len(log))
@@ -127,7 +138,8 @@ def extrapolate(population: int, report_goal: int, planned_rounds: int, *,
       simulated_hours=tuple(hours), skipped_empty_rounds=tuple(skipped))
 
 
-def commit_rounds(scheduler: base.Scheduler, rounds: int) -> int:
+def commit_rounds(scheduler: base.Scheduler, rounds: int,
+                  progress: Optional[Callable[[int], None]] = None) -> int:
   """Advances `scheduler` by `rounds` committed rounds as the training loop does; returns the
   empty selections skipped on the way.
 
@@ -156,6 +168,8 @@ def commit_rounds(scheduler: base.Scheduler, rounds: int) -> int:
     scheduler.commit(selection)
     committed += 1
     consecutive = 0
+    if progress is not None and committed % PROGRESS_EVERY == 0:
+      progress(committed)
   return skipped
 
 

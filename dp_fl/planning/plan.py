@@ -179,18 +179,35 @@ class Prediction:
     }
 
 
+# The emulation's cost per round whatever the population (Python's round trip through the
+# scheduler, and the ledger's participation record: an array of the cohort per round).
+# Measured (#43): 1.7 ms and 220 bytes per round at 1000 devices, 10 per round, on the
+# loaded 2-core machine — the per-device figures alone had estimated 22 min and 1 MB for
+# 10⁸ rounds, which then grew past 20 GB without a progress line.
+EMULATION_SECONDS_PER_ROUND = 1.7e-3
+EMULATION_BYTES_PER_ROUND = 160.0
+EMULATION_BYTES_PER_PARTICIPATION = 4.0
+
+
 def emulation_cost(settings: PlanSettings) -> resources.Estimate:
   """The emulation's time and memory: measured (docs/BENCHMARKS.md, `bench_participation`)
   2.7 ms per round per 10⁶ always-available devices and 7.5 ms diurnal, where about as many
-  empty night rounds are skipped as rounds trained; ~33 bytes of state per device."""
+  empty night rounds are skipped as rounds trained; ~33 bytes of state per device; plus
+  `EMULATION_SECONDS_PER_ROUND` and the ledger's record of every round (one trial at a
+  time)."""
   diurnal = settings.availability == "diurnal"
   per_device_round = 7.5e-9 if diurnal else 2.7e-9
   selections = settings.rounds * (2.0 if diurnal else 1.0)
+  per_round_bytes = (EMULATION_BYTES_PER_ROUND
+                     + EMULATION_BYTES_PER_PARTICIPATION * settings.report_goal)
   return resources.Estimate(
       f"emulating {settings.trials} trial(s) of {settings.rounds} rounds over "
-      f"{settings.population} devices", 33.0 * settings.population + 1e6,
-      settings.trials * selections * settings.population * per_device_round,
-      "~3-8 ns per device per round, ~33 bytes per device")
+      f"{settings.population} devices",
+      33.0 * settings.population + per_round_bytes * settings.rounds + 1e6,
+      settings.trials * selections * (settings.population * per_device_round
+                                      + EMULATION_SECONDS_PER_ROUND),
+      f"~3-8 ns per device and {EMULATION_SECONDS_PER_ROUND * 1e3:g} ms per round, ~33 bytes "
+      f"per device and {per_round_bytes:g} per round")
 
 
 def predict(settings: PlanSettings) -> Prediction:
@@ -199,16 +216,23 @@ def predict(settings: PlanSettings) -> Prediction:
   Raises:
     ValueError: the emulation would exceed the memory or time budget (`dp_fl.resources`).
   """
-  resources.require(emulation_cost(settings), {"population": settings.population,
-                                               "trials": settings.trials,
-                                               "rounds": settings.rounds})
+  flags = {"population": settings.population, "trials": settings.trials,
+           "rounds": settings.rounds}
+  if settings.population * 2.7e-9 < EMULATION_SECONDS_PER_ROUND:  # Rounds cost the most.
+    flags = {"rounds": settings.rounds, "trials": settings.trials,
+             "population": settings.population}
+  resources.require(emulation_cost(settings), flags)
   start = time.perf_counter()
+  progress = resources.Progress(f"emulating the device timer ({settings.trials} trial(s) of "
+                                f"{settings.rounds} rounds)", settings.trials * settings.rounds)
   result = extrapolation.extrapolate(
       settings.population, settings.report_goal, settings.rounds,
-      seeds=tuple(range(settings.trials)), min_separation_hours=settings.timer_hours,
+      seeds=tuple(range(settings.trials)), progress=progress.update,
+      min_separation_hours=settings.timer_hours,
       round_duration_hours=settings.round_hours,
       availability=availability_lib.simulated(settings.availability, settings.population,
                                               settings.seed))
+  progress.finish()
   return Prediction(
       rounds=settings.rounds, optimistic_min_sep=result.optimistic_min_separation,
       optimistic_max_participations=result.optimistic_max_participations,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 
 import pytest
 
@@ -188,6 +189,38 @@ def test_an_emulation_beyond_the_time_budget_is_refused_naming_the_flags(capsys)
                            "--noise_multiplier=8", "--time_budget_hours=0.01"])
   err = capsys.readouterr().err
   assert code == 2 and "--population" in err and "time budget" in err
+
+
+def test_a_hundred_million_rounds_are_refused_at_once_naming_rounds(capsys):
+  # Found by a hostile-input pass (#43): estimated at 22 min and 1 MB (the per-device cost
+  # only), it then grew by MB/s for hours without a progress line. The per-round cost
+  # (1.7 ms, ~200 B of ledger record) now counts.
+  start = time.monotonic()
+  code = plan_script.main(["--population=1000", "--report_goal=10", "--rounds=100000000",
+                           "--timer_hours=24", "--noise_multiplier=1"])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith("error: --rounds=100000000") and "GB" in err
+  assert time.monotonic() - start < 30
+  cost = plan_lib.emulation_cost(plan_lib.PlanSettings(
+      population=1000, report_goal=10, rounds=10 ** 8, timer_hours=24, round_hours=1.0, noise_multiplier=1.0))
+  assert cost.bytes > 1.6e10 and cost.seconds > 5 * 1e8 * 1e-3
+
+
+def test_the_emulation_prints_progress_with_an_eta(capsys, monkeypatch):
+  from dp_fl import resources  # pylint: disable=g-import-not-at-top
+  clock = iter(range(0, 10 ** 6, 7))  # Each reading 7 s later: every update prints.
+  real = resources.Progress.__init__
+
+  def fast(self, *args, **kwargs):
+    real(self, *args, **{**kwargs, "clock": lambda: float(next(clock))})
+
+  monkeypatch.setattr(resources.Progress, "__init__", fast)
+  plan_lib.predict(plan_lib.PlanSettings(population=200, report_goal=10, rounds=3000,
+                                         timer_hours=2.0, round_hours=0.2,
+                                         noise_multiplier=1.0, trials=2))
+  err = capsys.readouterr().err
+  assert "emulating the device timer (2 trial(s) of 3000 rounds): 50% after" in err
+  assert "left" in err and "done in" in err
 
 
 def test_unwritable_out_dir_is_refused_before_work(capsys, tmp_path):

@@ -108,6 +108,22 @@ def test_unwritable_params_out_is_refused_before_optimizing(capsys, monkeypatch,
   assert not out.parent.exists()
 
 
+@pytest.mark.parametrize("directory", ["/proc", "/sys"])
+def test_params_out_where_even_root_cannot_write_is_refused_before_optimizing(
+    capsys, monkeypatch, directory):
+  # Found by a hostile-input pass (#43): the permission check passed for root, the
+  # optimization ran, and the final write failed naming a temporary file.
+  if not os.path.isdir(directory):
+    pytest.skip(f"no {directory} here")
+  ran = []
+  monkeypatch.setattr(blt_optimize, "optimize_blt", lambda *a, **k: ran.append(1) or _no_work())
+  code, io_ = _mechanism(capsys, "--mechanism=blt", "--rounds=2000", "--min_sep=100",
+                         f"--params_out={directory}/p.json")
+  assert code == exits.BAD_INPUT and not ran
+  assert f"--params_out='{directory}/p.json' cannot be written" in io_.err
+  assert ".tmp" not in io_.err
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_read_only_params_out_directory_is_refused(capsys, monkeypatch, tmp_path):
   monkeypatch.setattr(blt_optimize, "optimize_blt", _no_work)
