@@ -56,18 +56,37 @@ def atomic_write_json(path: str, value: Any, **dump_kwargs: Any) -> None:
   atomic_write_text(path, json.dumps(value, **dump_kwargs))
 
 
-def build_once(path: str, build: Callable[[str], Any]) -> str:
+def make_cache_dir(directory: str, what: str = "the cache directory",
+                   fix: str = "choose a writable location") -> str:
+  """Creates `directory` for a cache, or raises a ValueError naming `what` it is, where it
+  is (with $HOME when it lies under it: an unusable HOME is the usual cause), and `fix`."""
+  try:
+    os.makedirs(directory, exist_ok=True)
+    if not os.access(directory, os.W_OK | os.X_OK):
+      raise PermissionError(13, "Permission denied", directory)
+  except OSError as e:
+    home = os.path.expanduser("~")
+    under_home = (f" (under HOME={home})" if os.path.abspath(directory).startswith(
+        os.path.abspath(home) + os.sep) else "")
+    raise ValueError(f"{what} {directory!r}{under_home} cannot be created or written "
+                     f"({e.strerror or e}): {fix}.") from e
+  return directory
+
+
+def build_once(path: str, build: Callable[[str], Any], what: str = "the cache directory",
+               fix: str = "choose a writable location") -> str:
   """`path`, calling `build(path)` first if it does not exist yet; returns `path`.
 
   For generated caches (corpora, conversions): concurrent callers wait on an exclusive lock
   on `<dirname(path)>/.lock` instead of building twice; `build` must write `path`
   atomically (a killed build then leaves no partial file and the next call builds again).
+  A directory that cannot be created is a ValueError naming `what` it is and `fix`
+  (`make_cache_dir`).
   """
   path = os.fspath(path)
   if os.path.exists(path):
     return path
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
+  directory = make_cache_dir(os.path.dirname(os.path.abspath(path)), what, fix)
   with open(os.path.join(directory, ".lock"), "w") as lock:
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
     if not os.path.exists(path):

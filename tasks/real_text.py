@@ -362,7 +362,11 @@ def _ensure(cache_dir: Optional[str], roots: Optional[Sequence[str]],
           "and comments (once; 1-2 minutes on 2 cores)", file=sys.stderr, flush=True)
     write_corpora(harvest(roots, packages), directory, {"packages": packages})
 
-  files.build_once(os.path.join(directory, REDDIT_FILENAME), build)
+  files.build_once(
+      os.path.join(directory, REDDIT_FILENAME), build, "the real-text corpus cache",
+      "set HOME to a writable directory (the cache is ~/.cache/dp_fl/real_text), or build the "
+      "corpus elsewhere with `scripts/build_real_text_corpus --out_dir DIR` and pass "
+      "--data_dir DIR (StackOverflow) or --data_files DIR/reddit_comments.jsonl.gz (Reddit)")
   return directory
 
 

@@ -20,6 +20,7 @@ small module.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,6 +29,7 @@ import re
 import shutil
 import time
 import warnings
+import zipfile
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -58,6 +60,23 @@ def _sha256(path: str) -> str:
     for chunk in iter(lambda: f.read(1 << 22), b""):
       digest.update(chunk)
   return digest.hexdigest()
+
+
+def write_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+  """`np.savez(path, **arrays)`'s format (a zip of .npy members, read by `np.load`), with
+  the zip closed on every path: `np.savez` leaves its ZipFile open when a write fails (a
+  full disk), and its finalizer then prints "Exception ignored in ZipFile.__del__"
+  tracebacks after the error has been reported."""
+  archive = zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True)
+  try:
+    for name, array in arrays.items():
+      with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+  except BaseException:
+    with contextlib.suppress(Exception):
+      archive.close()  # Fails again on a full disk; the archive is closed all the same.
+    raise
+  archive.close()
 
 
 class CheckpointManager:
@@ -103,17 +122,21 @@ class CheckpointManager:
         raise ValueError(f"checkpoint array {i} has dtype object ({type(value).__name__}); "
                          "only numeric and string arrays can be checkpointed.")
       numeric[f"a{i:06d}"] = array
-    np.savez(os.path.join(tmp, "arrays.npz"), **numeric)
-    np.savez(os.path.join(tmp, "blobs.npz"),
-             **{k: np.frombuffer(bytes(v), dtype=np.uint8) for k, v in blobs.items()})
-    with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
-      json.dump(dict(meta, round=round_index, num_arrays=len(numeric)), f, sort_keys=True)
-    manifest = {name: {"sha256": _sha256(os.path.join(tmp, name)),
-                       "bytes": os.path.getsize(os.path.join(tmp, name))} for name in _FILES}
-    with open(os.path.join(tmp, "MANIFEST.json"), "w", encoding="utf-8") as f:
-      json.dump(manifest, f, sort_keys=True)
-      f.flush()
-      os.fsync(f.fileno())
+    try:
+      write_npz(os.path.join(tmp, "arrays.npz"), numeric)
+      write_npz(os.path.join(tmp, "blobs.npz"),
+                {k: np.frombuffer(bytes(v), dtype=np.uint8) for k, v in blobs.items()})
+      with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(meta, round=round_index, num_arrays=len(numeric)), f, sort_keys=True)
+      manifest = {name: {"sha256": _sha256(os.path.join(tmp, name)),
+                         "bytes": os.path.getsize(os.path.join(tmp, name))} for name in _FILES}
+      with open(os.path.join(tmp, "MANIFEST.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    except BaseException:
+      shutil.rmtree(tmp, ignore_errors=True)  # A full disk leaves no partial checkpoint.
+      raise
     if os.path.exists(final):  # Re-saving a round (e.g. after a discarded round): replace.
       shutil.rmtree(final)
     os.rename(tmp, final)

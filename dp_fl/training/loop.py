@@ -205,6 +205,10 @@ class TrainingLoop:
     """Commits a good round, projects the weights, writes metrics, checkpoints, evaluates."""
     self.learner.commit(result)
     self.participation.commit(pending)
+    if self.consecutive_empty > 1:  # The streak's first line gave only its first round.
+      self.outputs.progress(
+          f"rounds before {self.rounds_done + 1}: {self.consecutive_empty} in a row found no "
+          f"eligible client and were skipped ({self.empty_rounds} empty in this call)")
     self.consecutive_empty = 0
     if self.policies.projection.active:
       self.learner.set_model_weights(

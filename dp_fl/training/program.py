@@ -759,6 +759,9 @@ def summary_lines(task: task_lib.Task, result: RunResult) -> list[str]:
       lines.append(f"           ρ = {report.rho:.4g}-zCDP; realized min-sep "
                    f"{participation.min_sep} rounds, at most "
                    f"{participation.max_participations} participations per client")
+  if result.empty_rounds:  # The same count as summary.json's `empty_rounds_this_call`.
+    lines.append(f"  empty rounds this call: {result.empty_rounds} (no eligible client: "
+                 "skipped, or noise-only where the scheme requires the round)")
   lines.append("  outputs: report.md (figures/*.png), metrics/train.csv, metrics/eval.csv, "
                "tensorboard/, privacy_report.md, summary.json")
   return lines

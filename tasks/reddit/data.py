@@ -680,7 +680,9 @@ def prepare(paths: Sequence[str] | str, cache_dir: str, *,
   quality = {"skipped": summary.num_malformed,  # Task.data_quality's total: bad lines.
              **summary.as_dict(), "authors_too_small": splits.num_too_small}
   vocab = build_vocab(splits.train, vocab_size)
-  os.makedirs(directory, exist_ok=True)
+  files.make_cache_dir(directory, "the prepared Reddit data cache",
+                       "pass --prepared_cache_dir DIR (a writable directory), or set HOME to "
+                       "one")
   make_sql_client_data(splits, vocab, db, unroll=unroll, vocab_size=vocab_size)
   files.atomic_write_json(meta_path, {"vocab": vocab, "num_train_users": len(splits.train),
                                       "num_test_users": len(splits.test),

@@ -507,5 +507,7 @@ def ensure_corpus(config: Optional[SyntheticConfig] = None,
   directory = corpus_directory(config, cache_dir)
   files.build_once(os.path.join(directory, DATABASE_FILENAME),
                    lambda _: generate(SyntheticConfig() if config is None else config,
-                                      directory))
+                                      directory),
+                   "the synthetic StackOverflow corpus cache",
+                   "pass --synthetic_cache_dir DIR (a writable directory), or set HOME to one")
   return directory

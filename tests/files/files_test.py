@@ -66,5 +66,19 @@ def test_build_once_builds_only_when_missing(tmp_path):
   assert not (tmp_path / "cache" / "other.txt").exists()
 
 
+def test_a_cache_that_cannot_be_created_is_named_with_its_home_and_fix(tmp_path, monkeypatch):
+  # Found by a hostile-input pass (#43): HOME=/proc gave "No such file or directory:
+  # /proc/.cache" without saying that it was the corpus cache or what to do.
+  blocker = tmp_path / "home"
+  blocker.write_text("a file where HOME's directory should be")
+  monkeypatch.setenv("HOME", str(blocker))
+  cache = os.path.join(os.path.expanduser("~"), ".cache", "x", "corpus.txt")
+  with pytest.raises(ValueError) as refused:
+    files.build_once(cache, lambda _: None, "the corpus cache", "pass --cache_dir DIR")
+  message = str(refused.value)
+  assert message.startswith("the corpus cache ") and f"(under HOME={blocker})" in message
+  assert message.endswith("pass --cache_dir DIR.")
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

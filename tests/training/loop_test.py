@@ -429,6 +429,10 @@ def test_an_empty_round_trains_nothing_uses_no_row_and_is_counted():
                     ("commit", 5), ("commit", 6)]
   assert outcome.empty_rounds == 2 and outcome.report.epsilon == 2.0  # 4 rows, not 6.
   assert any("no eligible clients; skipped" in line for line in parts["outputs"].lines)
+  # The console's last word on the streak agrees with the count summary.json gets (#43: the
+  # streak's first line said 1 where the summary said 12).
+  assert any("2 in a row found no eligible client and were skipped (2 empty in this call)"
+             in line for line in parts["outputs"].lines)
 
 
 def test_where_rows_make_clients_eligible_an_empty_round_runs_noise_only_and_says_so():
