@@ -13,6 +13,7 @@ would fit. `program.run` calls both before the run directory becomes the run's.
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 from typing import Any, Mapping, Optional, Sequence
 
@@ -168,3 +169,52 @@ def check_task_sizes(parameters: int, model_flags: Mapping[str, Any],
   largest = max(everything, key=lambda p: p.bytes)
   resources.require(total, largest.flags, memory_bytes=memory, seconds=math.inf)
   return total
+
+
+# A client's local training: per client call `CLIENT_SECONDS`, and `SECONDS_PER_TOKEN_PARAMETER`
+# per token and model parameter (forward, backward, update). Read off docs/BENCHMARKS.md
+# ("Training: one round on the 4.05M-parameter LSTM"): 15.3 s for 10 clients of 16 batches of
+# 16 sentences of 21 tokens → 1.53 s a client = 5376 tokens × 4.05M parameters × 7.0e-11 s;
+# the quick StackOverflow job (50 clients of 672 tokens, 365k parameters) predicts 1.9 s a
+# round against ≈ 2 s measured.
+CLIENT_SECONDS = 0.02
+SECONDS_PER_TOKEN_PARAMETER = 7.0e-11
+
+
+def job_estimate(config: Any, dimension: int, client_tokens: float,
+                 hosts: int = 1) -> resources.Estimate:
+  """The training rounds' wall time on this machine (the clients' work split over `hosts`
+  machines with `--workers`); evaluation, accounting and checkpoints are small beside it at
+  the presets' cadence."""
+  per_client = CLIENT_SECONDS + (config.client_epochs * client_tokens * dimension
+                                 * SECONDS_PER_TOKEN_PARAMETER)
+  seconds = config.rounds * config.clients_per_round * per_client / max(1, hosts)
+  return resources.Estimate(
+      f"training {config.rounds} rounds of {config.clients_per_round} clients "
+      f"({resources.format_seconds(seconds / config.rounds)} a round"
+      + (f" over {hosts} hosts" if hosts > 1 else "") + ")",
+      0.0, seconds,
+      f"~{per_client:.3g} s a client: {CLIENT_SECONDS:g} s + {client_tokens:g} tokens × "
+      f"{dimension:,} parameters × {SECONDS_PER_TOKEN_PARAMETER:g} s")
+
+
+def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
+                   hosts: int = 1, seconds: Optional[float] = None,
+                   announce: bool = True) -> Optional[resources.Estimate]:
+  """Refuses, before anything is written, a job whose rounds would take longer than
+  `--time_budget_hours`, naming --rounds (and the rounds that fit); with `announce`, states
+  a long one's estimate on stderr (`resources.require`). None when the task gives no
+  `client_tokens`."""
+  if client_tokens is None:
+    return None
+  limit = resources.time_budget() if seconds is None else seconds
+  estimate = job_estimate(config, dimension, client_tokens, hosts)
+  fits = None
+  if estimate.seconds > limit:
+    fits = int(limit / (estimate.seconds / config.rounds))
+  resources.require(estimate, {"rounds": config.rounds,
+                               "clients_per_round": config.clients_per_round},
+                    memory_bytes=math.inf, seconds=limit,
+                    fits_up_to=fits if fits and fits >= 1 else None,
+                    stream=None if announce else io.StringIO())
+  return estimate

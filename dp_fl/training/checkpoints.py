@@ -85,9 +85,9 @@ class CheckpointManager:
   def __init__(self, directory: str, keep: int = 3):
     self._dir = directory
     self._keep = _checks.check_positive_int("keep_checkpoints", keep)
-    os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):  # Leftovers of a save that was killed midway.
-      if ".tmp-" in name:
+    # Created by the first save: a run refused before training leaves no directory behind.
+    for name in os.listdir(directory) if os.path.isdir(directory) else ():
+      if ".tmp-" in name:  # Leftovers of a save that was killed midway.
         shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
   @property
@@ -97,7 +97,7 @@ class CheckpointManager:
   def rounds(self) -> list[int]:
     """Rounds of the complete checkpoints present, oldest first (not verified)."""
     out = []
-    for name in os.listdir(self._dir):
+    for name in os.listdir(self._dir) if os.path.isdir(self._dir) else ():
       match = _NAME.match(name)
       if match and os.path.exists(os.path.join(self._dir, name, "MANIFEST.json")):
         out.append(int(match.group(1)))
@@ -114,7 +114,7 @@ class CheckpointManager:
     final = self._path(round_index)
     tmp = f"{final}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    os.makedirs(tmp)  # With the checkpoint directory on the first save.
     numeric = {}
     for i, value in enumerate(arrays):
       array = np.asarray(value)

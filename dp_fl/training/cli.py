@@ -281,6 +281,7 @@ def _train(args: argparse.Namespace,
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
+  program.check_job_time(task, config)  # Before a calibration that emulates every round.
   if target_epsilon is not None and registry.mechanism(config.mechanism).private:
     num_clients = program.population(task, config)
     config = config.replace(noise_multiplier=program.calibrate_noise_multiplier(

@@ -48,6 +48,7 @@ from dp_fl import resources
 from dp_fl import writers
 from dp_fl.accounting import report as report_lib
 from dp_fl.execution import learners as learners_lib
+from dp_fl.execution import runtime as runtime_lib
 from dp_fl.mechanisms import catalog
 from dp_fl.participation import base as participation_base
 from dp_fl.participation import tff_adapter
@@ -160,6 +161,17 @@ def _server_optimizer(config: config_lib.TrainingConfig):
     return base * (1.0 - drop * progress)
 
   return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)
+
+
+def check_job_time(task: task_lib.Task, config: config_lib.TrainingConfig,
+                   dimension: Optional[int] = None,
+                   announce: bool = True) -> Optional[resources.Estimate]:
+  """The whole job's time against `--time_budget_hours` (`budget.check_job_time`): the
+  binaries call it before calibrating σ, `run` again before writing anything."""
+  workers = getattr(config.runtime_settings, "workers", None)
+  return budget.check_job_time(
+      config, model_dimension(task) if dimension is None else dimension, task.client_tokens,
+      hosts=len(runtime_lib.parse_workers(workers)) if workers else 1, announce=announce)
 
 
 def model_dimension(task: task_lib.Task) -> int:
@@ -355,8 +367,10 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
                      f"{num_clients} training clients of task {task.name!r}; lower it.")
   budget.check_training(config, num_clients)
   mechanism = build_mechanism(config)
-  budget.check_model_state(config, model_dimension(task),
+  dimension = model_dimension(task)
+  budget.check_model_state(config, dimension,
                            None if mechanism is None else mechanism.buffers(config.rounds))
+  check_job_time(task, config, dimension, announce=False)  # The binaries announced it.
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
       restored.meta["mechanism_sha256"] != digest):

@@ -45,6 +45,9 @@ class Task:
       language beyond its most frequent tokens (StackOverflow: accuracy without OOV/EOS;
       Reddit: AccuracyTop1); comparisons rank by it, against `unigram_<headline_metric>`
       of `baseline_metrics`.
+    client_tokens: optional; at most how many tokens (examples × their length) one client
+      trains on per local epoch, for the whole job's time estimate
+      (`budget.check_job_time`; None: no estimate).
   """
   name: str
   train_data: Any
@@ -59,6 +62,7 @@ class Task:
   validation_dataset_fn: Optional[Callable[[], Any]] = None
   validation_baseline_metrics: Optional[Mapping[str, float]] = None
   headline_metric: str = "accuracy"
+  client_tokens: Optional[float] = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:

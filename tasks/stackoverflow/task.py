@@ -171,6 +171,7 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
           embedding_size=settings.embedding_size, lstm_size=settings.lstm_size),
       loss_fn=model.loss_fn,
       metrics_fn=functools.partial(model.metrics_fn, vocab_size, settings.num_oov_buckets),
+      client_tokens=float(settings.max_elements_per_client * (settings.sequence_length + 1)),
       baseline_metrics={f"unigram_{k}": v for k, v in baseline.items()},
       data_quality=train.quarantine.summary,
       validation_dataset_fn=validation_fn,

@@ -97,6 +97,19 @@ def test_sizes_that_cannot_fit_are_refused_naming_the_flag(corpus_dir, tmp_path,
   assert not os.listdir(root) if os.path.exists(root) else True
 
 
+def test_a_job_longer_than_the_time_budget_is_refused_at_once(corpus_dir, tmp_path, capsys):
+  # Found by a hostile-input pass (#43): `--rounds 1000000000` was accepted and optimized
+  # for hours; the whole job is now estimated before calibration or anything else.
+  root = tmp_path / "run"
+  code = train.main([f"--data_dir={corpus_dir}", f"--root_dir={root}", *_TINY_FLAGS,
+                     "--rounds=100000000", "--eval_every=100000000",
+                     "--checkpoint_every=100000000", "--time_budget_hours=1"])
+  err = capsys.readouterr().err
+  assert code == 2, err
+  assert err.startswith("error: --rounds=100000000") and "--time_budget_hours" in err
+  assert not os.path.exists(root) or not os.listdir(root)
+
+
 def test_compare_writes_a_table_marked_by_its_data(corpus_dir, tmp_path, capsys):
   code = compare.main(["--mechanisms=none,dpsgd", "--rounds=2", "--calibrate_epsilon=4",
                        f"--data_dir={corpus_dir}", f"--out_dir={tmp_path}", "--seeds=1",

@@ -97,3 +97,23 @@ def test_the_models_arrays_are_checked_and_name_what_fits(tmp_path, mechanism, b
                                     memory_bytes=per_copy * (budget.MODEL_COPIES + 46.5))
   assert fitted.bytes == per_copy * (budget.MODEL_COPIES + (46 if buffers else 0))
   assert budget.checkpoint_bytes(_PAPER_D, 341) == pytest.approx(5.58e9, rel=0.01)
+
+
+def test_the_whole_job_is_estimated_and_refused_naming_rounds(tmp_path):
+  # Paper 004's Table 3 job: 2052 rounds of 1000 clients, ≤ 256 sentences of 21 tokens, the
+  # 4.05M-parameter LSTM: ≈ 1.5 s a client here (docs/BENCHMARKS.md) → ≈ 36 days.
+  config = registry.make_config(task="t", root_dir=str(tmp_path), rounds=2052,
+                                clients_per_round=1000, mechanism="blt", min_sep=342)
+  estimate = budget.job_estimate(config, _PAPER_D, 256 * 21)
+  assert estimate.seconds == pytest.approx(2052 * 1000 * (0.02 + 5376 * _PAPER_D * 7e-11))
+  assert 30 < estimate.seconds / 86400 < 45
+  with pytest.raises(ValueError) as refused:
+    budget.check_job_time(config, _PAPER_D, 256 * 21, seconds=24 * 3600.0)
+  message = str(refused.value)
+  assert message.startswith("--rounds=2052, --clients_per_round=1000: training 2052 rounds")
+  assert "(at most 55 fits)" in message and "--time_budget_hours" in message
+  # Raised budget, or the clients split over hosts: accepted (the estimate divides).
+  assert budget.check_job_time(config, _PAPER_D, 256 * 21, seconds=40 * 86400.0)
+  over_ten = budget.job_estimate(config, _PAPER_D, 256 * 21, hosts=10)
+  assert over_ten.seconds == pytest.approx(estimate.seconds / 10)
+  assert budget.check_job_time(config, _PAPER_D, None) is None  # No model of the client.

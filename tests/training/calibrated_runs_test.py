@@ -355,6 +355,7 @@ def test_the_issues_diurnal_run_through_the_task_binary_reports_at_most_its_targ
   monkeypatch.setattr(runtime, "run_with_fresh_workers", lambda fn, on_restart: fn())
   # The toy model: the calibration lines state the noise guard's ratios for it.
   task = types.SimpleNamespace(name="toy", description="toy", baseline_metrics={},
+                               headline_metric="accuracy", client_tokens=None,
                                train_data=_ClientData(num_clients),
                                keras_model_fn=toy_task.make_task().keras_model_fn)
   args = argparse.Namespace(calibrate_epsilon=TARGET, format="json", debug=False,
