@@ -26,3 +26,7 @@ def test_the_quick_preset_runs_every_mechanism(task, mechanism, tmp_path):
   registry.validate(config)
   # The scheme the preset picks is one the mechanism's privacy analysis accepts.
   assert config.participation in registry.PARTICIPATIONS
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
