@@ -185,6 +185,8 @@ class Prediction:
 # loaded 2-core machine — the per-device figures alone had estimated 22 min and 1 MB for
 # 10⁸ rounds, which then grew past 20 GB without a progress line.
 EMULATION_SECONDS_PER_ROUND = 1.7e-3
+# Per device and round: always-available devices, and diurnal ones (docstring below).
+EMULATION_SECONDS_PER_DEVICE_ROUND = {"always": 2.7e-9, "diurnal": 7.5e-9}
 EMULATION_BYTES_PER_ROUND = 160.0
 EMULATION_BYTES_PER_PARTICIPATION = 4.0
 
@@ -196,7 +198,7 @@ def emulation_cost(settings: PlanSettings) -> resources.Estimate:
   `EMULATION_SECONDS_PER_ROUND` and the ledger's record of every round (one trial at a
   time)."""
   diurnal = settings.availability == "diurnal"
-  per_device_round = 7.5e-9 if diurnal else 2.7e-9
+  per_device_round = EMULATION_SECONDS_PER_DEVICE_ROUND["diurnal" if diurnal else "always"]
   selections = settings.rounds * (2.0 if diurnal else 1.0)
   per_round_bytes = (EMULATION_BYTES_PER_ROUND
                      + EMULATION_BYTES_PER_PARTICIPATION * settings.report_goal)
@@ -218,7 +220,8 @@ def predict(settings: PlanSettings) -> Prediction:
   """
   flags = {"population": settings.population, "trials": settings.trials,
            "rounds": settings.rounds}
-  if settings.population * 2.7e-9 < EMULATION_SECONDS_PER_ROUND:  # Rounds cost the most.
+  if (settings.population * EMULATION_SECONDS_PER_DEVICE_ROUND["always"]
+      < EMULATION_SECONDS_PER_ROUND):  # Rounds cost the most.
     flags = {"rounds": settings.rounds, "trials": settings.trials,
              "population": settings.population}
   resources.require(emulation_cost(settings), flags)

@@ -337,6 +337,7 @@ class _Start:
   mechanism: Optional[catalog.Mechanism]
   digest: Optional[str]
   num_clients: int
+  dimension: int  # The model's trainable parameters (built once, for the checks and d).
 
 
 def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) -> _Start:
@@ -384,7 +385,7 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
   learners_lib.preflight(config.runtime, **config.runtime_settings.learner_kwargs())
   config_lib.save(config)  # Everything validated: the run directory is now this run's.
   save_mechanism(config, mechanism)
-  return _Start(manager, restored, mechanism, digest, num_clients)
+  return _Start(manager, restored, mechanism, digest, num_clients, dimension)
 
 
 def save_mechanism(config: config_lib.TrainingConfig,
@@ -484,7 +485,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
 
   start = _open_run_directory(task, config)
   entry = registry.mechanism(config.mechanism)
-  dimension = model_dimension(task) if entry.needs_model_dimension else None
+  dimension = start.dimension if entry.needs_model_dimension else None
   scheduler_seed, noise_seed = secret_seeds(config)
   guard = assess_noise(task, config, start.mechanism, start.num_clients)
   config = noise_guard.apply(config, guard)  # The server rate, if --noise_guard=scale.
