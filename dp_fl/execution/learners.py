@@ -164,14 +164,18 @@ class WorkersLearner(XlaLearner):
   def __init__(self, process: Any, state: Any, client_epochs: int, device: str,
                workers: Optional[str] = None,
                worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
-               worker_tls: Optional[runtime_lib.TlsFiles] = None, **unused: Any):
+               worker_tls: Optional[runtime_lib.TlsFiles] = None,
+               max_clients_per_call: Optional[int] = None, **unused: Any):
+    """`max_clients_per_call`: the most clients one call to a worker folds (None: all of
+    its share of the round at once; `remote_workers.RemoteClientWork`)."""
     from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     addresses = runtime_lib.parse_workers(workers or "")
     self._remote: Optional[Any] = None
 
     def client_work(form: Any) -> Any:
-      self._remote = remote_workers.RemoteClientWork(form, addresses, worker_timeout_seconds,
-                                                     tls=worker_tls)
+      self._remote = remote_workers.RemoteClientWork(
+          form, addresses, worker_timeout_seconds, tls=worker_tls,
+          max_clients_per_call=max_clients_per_call)
       return self._remote
 
     super().__init__(process, state, client_epochs, device, client_work=client_work, **unused)

@@ -97,8 +97,8 @@ def _what_listens(address: str, timeout_seconds: float = 2.0) -> Optional[str]:
     return None
   if answer.startswith(b"HTTP/"):
     status = answer.split(b"\r\n", 1)[0].decode("ascii", "replace")
-    return f"an HTTP/1.x server listens there ({status})"
-  return "a service that does not speak gRPC listens there"
+    return f"an HTTP/1.x server ({status})"
+  return "a service that does not speak gRPC (e.g. a TLS port)"
 
 
 def _context(address: str, timeout_seconds: float, connect_seconds: float,
@@ -118,7 +118,7 @@ def _context(address: str, timeout_seconds: float, connect_seconds: float,
       listener = _what_listens(address) if tls is None else None
       if listener is not None:
         raise exits.RemoteWorkerError(
-            address, f"{listener}, not a TFF worker (no gRPC answer within "
+            address, f"is answered by {listener}, not a TFF worker (no gRPC answer within "
             f"{connect_seconds:g} s): check the address, or start the worker on a free port "
             "(`./bazelw run //scripts:worker -- --port=PORT`)")
       raise exits.RemoteWorkerError(
@@ -253,12 +253,25 @@ class RemoteClientWork:
   def __init__(self, form: Any, addresses: Sequence[str],
                timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
                connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
-               tls: Optional[runtime.TlsFiles] = None):
+               tls: Optional[runtime.TlsFiles] = None,
+               max_clients_per_call: Optional[int] = None):
+    """`max_clients_per_call`: the most clients one call folds on a worker (None: a worker's
+    whole share of the round in one call). TFF's worker holds every client's results of a
+    call until its aggregate, so this bounds a worker's memory whatever the cohort; each
+    further call costs one client input out and one accumulator back. With secure sums no
+    call folds fewer than `MIN_CLIENTS_PER_SECURE_PARTIAL` clients, so one folds at most
+    max(max_clients_per_call, 2 × MIN_CLIENTS_PER_SECURE_PARTIAL − 1)."""
+    if max_clients_per_call is not None and (
+        not isinstance(max_clients_per_call, int) or max_clients_per_call < 1):
+      raise ValueError("`max_clients_per_call` must be a positive int or None; got "
+                       f"{max_clients_per_call!r}.")
+    self.max_clients_per_call = max_clients_per_call
     self.addresses = tuple(addresses)
     if not self.addresses:
       raise ValueError("RemoteClientWork needs at least one worker address.")
     self.timeout_seconds = timeout_seconds
     self._computation = partial_aggregation(form)
+    self._merge = xla.TensorFlowFunction(form.merge)
     self._accumulator_type = form.zero.type_signature.result
     self._secure_types = xla.secure_leaf_types(form)
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self.addresses))
@@ -273,19 +286,35 @@ class RemoteClientWork:
                ) -> list[xla.PartialAggregate]:
     """One `PartialAggregate` per worker that had clients, in worker order; with secure sums,
     no worker folds fewer than `MIN_CLIENTS_PER_SECURE_PARTIAL` of them (module docstring)."""
-    chunks = split(len(client_data), len(self.addresses),
-                   MIN_CLIENTS_PER_SECURE_PARTIAL if self._secure_types else 1)
+    min_size = MIN_CLIENTS_PER_SECURE_PARTIAL if self._secure_types else 1
+    chunks = split(len(client_data), len(self.addresses), min_size)
     futures = [(self.addresses[i], self._pool.submit(
-        self._contexts[i].invoke, self._computation, (list(client_data[a:b]), client_input)))
+        self._worker_share, i, client_data[a:b], client_input, min_size))
                for i, (a, b) in enumerate(chunks)]
     partials = []
     for address, future in futures:
       try:
-        folded = future.result()
+        partials.extend(future.result())
       except Exception as e:  # pylint: disable=broad-except
         raise exits.RemoteWorkerError(address, _describe(e, self.timeout_seconds)) from e
-      partials.append(self._partial(folded))
     return partials
+
+  def _worker_share(self, index: int, client_data: Sequence[Any], client_input: Any,
+                    min_size: int) -> list[xla.PartialAggregate]:
+    """Worker `index`'s share of the round, in calls of at most `max_clients_per_call`
+    clients (each of at least `min_size`), the calls' partials merged here in client order
+    as they come back (one accumulator held at a time)."""
+    count = len(client_data)
+    calls = 1 if self.max_clients_per_call is None else -(-count // self.max_clients_per_call)
+    folded = None
+    for a, b in split(count, calls, min_size):
+      partial = self._partial(self._contexts[index].invoke(
+          self._computation, (list(client_data[a:b]), client_input)))
+      folded = partial if folded is None else xla.PartialAggregate(
+          self._merge(*folded.accumulator, *partial.accumulator),
+          [x + y for x, y in zip(folded.secure_sums, partial.secure_sums)],
+          tf.logical_or(folded.out_of_bounds, partial.out_of_bounds))
+    return [folded]
 
   def _partial(self, folded: Any) -> xla.PartialAggregate:
     if not self._secure_types:

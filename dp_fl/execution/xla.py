@@ -33,6 +33,7 @@ differ); the noise of the DP aggregators is a function of (seed, round) in both.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import itertools
@@ -342,6 +343,7 @@ class MapReduceProcess:
     self._work_copies.put(functions["work"])
     for _ in range(parallel_clients - 1):
       self._work_copies.put(TensorFlowFunction(form.work, device))
+    self._parallel_clients = parallel_clients
     self._pool = (concurrent.futures.ThreadPoolExecutor(parallel_clients)
                   if parallel_clients > 1 else None)
     self._update_leaves = num_leaves(form.work.type_signature.result[0])
@@ -404,7 +406,7 @@ class MapReduceProcess:
       finally:
         self._work_copies.put(copy)
 
-    outputs = (self._pool.map(work, client_data) if self._pool is not None
+    outputs = (self._in_order(work, client_data) if self._pool is not None
                else map(work, client_data))
     accumulator = fn["zero"]()
     columns: list[list[tf.Tensor]] = [[] for _ in self._secure_types]
@@ -418,6 +420,22 @@ class MapReduceProcess:
         accumulator,
         [tf.add_n(c) if c else zeros(t) for c, t in zip(columns, self._secure_types)],
         tf.constant(out_of_bounds))
+
+  def _in_order(self, work: Any, client_data: Sequence[Any]) -> Any:
+    """`work` of each client on the threads, yielded in client order with at most two
+    clients a thread started ahead of the one being folded: a slow client does not let the
+    finished updates of the rest of the cohort pile up (`Executor.map` would start them all),
+    so the round's memory does not grow with the cohort (issue #43)."""
+    window = 2 * self._parallel_clients
+    pending: collections.deque = collections.deque()
+    clients = iter(client_data)
+    for data in itertools.islice(clients, window):
+      pending.append(self._pool.submit(work, data))
+    while pending:
+      result = pending.popleft().result()
+      for data in itertools.islice(clients, 1):
+        pending.append(self._pool.submit(work, data))
+      yield result
 
   def _secure_sums(self, partials: Sequence[PartialAggregate]) -> list[tf.Tensor]:
     """Σ with the bounds of `federated_secure_sum_bitwidth` / `_sum` / `_modular_sum`: no

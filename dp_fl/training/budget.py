@@ -171,6 +171,61 @@ def check_task_sizes(parameters: int, model_flags: Mapping[str, Any],
   return total
 
 
+# TFF's C++ worker holds every client's results (its update, and the copies its executor makes
+# of it) until the round's `federated_aggregate`: its peak grew by 54 MB a client of the
+# 4.05M-parameter LSTM (docs/BENCHMARKS.md "Runtimes": 3.1 GB at 10 clients of one batch,
+# 4.6 GB at 50, 8.0 GB at 100), 3.4 model-sized float32 arrays. The in-process runtime folds
+# each client into the accumulator as it completes: flat in the cohort.
+WORKER_MODEL_COPIES_PER_CLIENT = 3.4
+# Above this much cohort-held memory the default runtime is the in-process one
+# (`program.runtime_for_cohort`): from 20 clients of the paper-size model, 217 of the
+# quick StackOverflow preset's 365k-parameter one.
+IN_PROCESS_ABOVE_BYTES = 1.0 * resources.GB
+
+
+def worker_cohort_estimate(dimension: int, clients: int) -> resources.Estimate:
+  """What TFF's C++ worker holds for a round's clients (`WORKER_MODEL_COPIES_PER_CLIENT`)."""
+  return resources.Estimate(
+      f"TFF's C++ worker holding the results of {clients} clients of the {dimension:,}-"
+      "parameter model until the round's aggregate",
+      4.0 * dimension * WORKER_MODEL_COPIES_PER_CLIENT * clients,
+      basis=f"{WORKER_MODEL_COPIES_PER_CLIENT:g} model-sized float32 arrays a client, "
+            "measured")
+
+
+# What one call to a remote worker (`--workers`) may make it hold: its clients are sent in
+# calls of at most `clients_per_worker_call` clients, each folded there into one partial.
+WORKER_CALL_BYTES = 2.0 * resources.GB
+
+
+def clients_per_worker_call(dimension: int) -> int:
+  """The most clients one call to a remote TFF worker folds, so that it holds at most
+  `WORKER_CALL_BYTES` for them (39 clients of the paper-size model): a worker's memory is
+  then bounded whatever the cohort and the number of workers; each further call costs one
+  model-sized message each way."""
+  return max(1, int(WORKER_CALL_BYTES // worker_cohort_estimate(dimension, 1).bytes))
+
+
+def check_worker_cohort(config: Any, dimension: int,
+                        memory_bytes: Optional[float] = None) -> resources.Estimate:
+  """Refuses `--runtime=tff_worker` for a cohort whose results cannot fit the memory budget
+  in TFF's worker, naming --runtime (the in-process runtime folds clients, flat in the
+  cohort) and --clients_per_round with the largest cohort that fits."""
+  memory = resources.memory_budget() if memory_bytes is None else memory_bytes
+  estimate = worker_cohort_estimate(dimension, config.clients_per_round)
+  if estimate.bytes <= memory:
+    return estimate
+  per_client = worker_cohort_estimate(dimension, 1).bytes
+  fits = int(memory // per_client)
+  raise ValueError(
+      f"--runtime={config.runtime}, --clients_per_round={config.clients_per_round}: "
+      f"{estimate.what} needs an estimated {resources.format_bytes(estimate.bytes)} "
+      f"({estimate.basis}), more than the memory budget of {resources.format_bytes(memory)} "
+      "(--memory_budget_gb). Fix: --runtime=xla (in process: each client is folded into the "
+      "round's sum as it completes, memory flat in the cohort), or lower --clients_per_round"
+      + (f" (at most {fits} fit)" if fits >= 1 else "") + ".")
+
+
 # A client's local training: per client call `CLIENT_SECONDS`, and `SECONDS_PER_TOKEN_PARAMETER`
 # per token and model parameter (forward, backward, update). Read off docs/BENCHMARKS.md
 # ("Training: one round on the 4.05M-parameter LSTM"): 15.3 s for 10 clients of 16 batches of

@@ -281,6 +281,10 @@ def _train(args: argparse.Namespace,
   print(f"run directory: {config.root_dir}", flush=True)
   task = make_task(settings)
   print(task.description, flush=True)
+  config, moved = program.runtime_for_cohort(config, program.model_dimension(task),
+                                             "runtime" in given(args))
+  if moved:
+    print(moved, flush=True)
   program.check_job_time(task, config)  # Before a calibration that emulates every round.
   if target_epsilon is not None and registry.mechanism(config.mechanism).private:
     num_clients = program.population(task, config)
@@ -427,8 +431,20 @@ def _compare(args: argparse.Namespace,
     settings, _ = settings_and_config(args)
     task = make_task(settings)
     print(task.description, flush=True)
+    from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+    dimension = program.model_dimension(task)
+    moved_lines = set()
+
+    def config_on_runtime(label, participation=None):
+      config, moved = program.runtime_for_cohort(config_for(label, participation), dimension,
+                                                 "runtime" in given(args))
+      if moved and moved not in moved_lines:
+        moved_lines.add(moved)
+        print(moved, flush=True)
+      return config
+
     output = compare_lib.compare(
-        task, config_for, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
+        task, config_on_runtime, mechanisms=mechanisms, target_epsilon=args.calibrate_epsilon,
         out_dir=args.out_dir, lr_factors=factors, seeds=args.seeds,
         max_grid_extensions=args.max_grid_extensions, participations=participations,
         progress=lambda line: print(line, flush=True))

@@ -145,15 +145,23 @@ class MatrixMechanismAccountant(Accountant):
     self._m = clients_per_round
     self._delta = delta
     self._scope, self._caveats = scope
+    self._last: Optional[tuple[Any, Any]] = None  # (participation, its report)
 
   def report(self, realized):
+    """The report for the realized (n, b, k); the last one is kept, so the budget check
+    before a round and the progress line after it compute the sensitivity once (issue #43:
+    BandMF's exact search with b < bands is ≈ 0.9 s at n = 2052)."""
     participation = participation_from_realized(realized)
     if participation is None:
       return None
-    return report_lib.matrix_mechanism_report(
+    if self._last is not None and self._last[0] == participation:
+      return self._last[1]
+    report = report_lib.matrix_mechanism_report(
         self._mechanism, self._sigma, participation, self._delta, clip_norm=self._clip,
         clients_per_round=self._m, scope=self._scope, caveats=self._caveats,
         clip_estimator=self._clip_estimator)
+    self._last = (participation, report)
+    return report
 
   def epsilon(self, realized):
     report = self.report(realized)

@@ -64,6 +64,7 @@ from dp_fl.training import policies as policies_lib
 from dp_fl.training import privacy as privacy_lib
 from dp_fl.training import registry
 from dp_fl.training import run_lock
+from dp_fl.training import runtimes
 from dp_fl.training import task as task_lib
 
 MECHANISM_FILE = registry.MECHANISM_FILE
@@ -172,6 +173,38 @@ def check_job_time(task: task_lib.Task, config: config_lib.TrainingConfig,
   return budget.check_job_time(
       config, model_dimension(task) if dimension is None else dimension, task.client_tokens,
       hosts=len(runtime_lib.parse_workers(workers)) if workers else 1, announce=announce)
+
+
+def runtime_for_cohort(config: config_lib.TrainingConfig, dimension: int, runtime_given: bool
+                       ) -> tuple[config_lib.TrainingConfig, Optional[str]]:
+  """The runtime a round of `config.clients_per_round` clients of a `dimension`-parameter
+  model runs on, and a line saying why when the default was changed (issue #43).
+
+  TFF's C++ worker holds every client's results until the round's aggregate
+  (`budget.worker_cohort_estimate`); the in-process runtime folds each client as it
+  completes, flat in the cohort, at the worker's speed (docs/BENCHMARKS.md "Runtimes"). With
+  the default runtime (`runtime_given` False) a cohort that would hold more than
+  `budget.IN_PROCESS_ABOVE_BYTES` in the worker runs in process; an explicit
+  `--runtime=tff_worker` is kept, and refused beyond the memory budget naming `--runtime`
+  and `--clients_per_round`.
+  """
+  if config.runtime != runtimes.DEFAULT:
+    return config, None
+  estimate = budget.worker_cohort_estimate(dimension, config.clients_per_round)
+  if not runtime_given and estimate.bytes > budget.IN_PROCESS_ABOVE_BYTES:
+    kept = {f.name for f in dataclasses.fields(runtimes.settings_type(runtimes.IN_PROCESS))}
+    moved = registry.make_config(**{
+        **{k: v for k, v in config.flags().items()
+           if k not in runtimes.setting_fields() or k in kept},
+        "runtime": runtimes.IN_PROCESS})
+    return moved, (
+        f"runtime: in process (--runtime={runtimes.IN_PROCESS} on "
+        f"{moved.runtime_settings.device}, no XLA compilation), not TFF's C++ worker: "
+        f"{estimate.what} would need {resources.format_bytes(estimate.bytes)}; in process "
+        "each client is folded into the round's sum as it completes (--runtime=tff_worker "
+        "keeps the worker)")
+  budget.check_worker_cohort(config, dimension)
+  return config, None
 
 
 def model_dimension(task: task_lib.Task) -> int:
@@ -372,6 +405,8 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
   budget.check_model_state(config, dimension,
                            None if mechanism is None else mechanism.buffers(config.rounds))
   check_job_time(task, config, dimension, announce=False)  # The binaries announced it.
+  if config.runtime == runtimes.DEFAULT:
+    budget.check_worker_cohort(config, dimension)
   digest = mechanism_digest(mechanism)
   if restored is not None and "mechanism_sha256" in restored.meta and (
       restored.meta["mechanism_sha256"] != digest):
@@ -514,7 +549,8 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   drift = noise_guard.DriftWatch(task.baseline_metrics.get("unigram_loss"))
   write_data_quality(task, config.root_dir, outputs)
   learner = learners_lib.runtime(config.runtime).learner(
-      process, state, config.client_epochs, **config.runtime_settings.learner_kwargs())
+      process, state, config.client_epochs, **config.runtime_settings.learner_kwargs(),
+      max_clients_per_call=budget.clients_per_worker_call(start.dimension))
   del state
 
   def save_checkpoint(round_number: int) -> None:
@@ -659,7 +695,8 @@ def _run_summary(task: task_lib.Task, result: RunResult,
       "task": task.name, "rounds_completed": result.rounds_completed,
       "stopped": result.stopped, "message": result.message, "eval": result.eval_metrics,
       "headline_metric": task.headline_metric, "baseline": dict(task.baseline_metrics),
-      "epsilon": result.epsilon, "epsilon_is_upper_bound": result.privacy_report is not None, "delta": result.delta,
+      "epsilon": result.epsilon,
+      "epsilon_is_upper_bound": result.privacy_report is not None, "delta": result.delta,
       "resumed_from": result.resumed_from, "seconds_this_call": result.seconds,
       "discarded_rounds": scheduler.discarded_rounds,  # Non-finite and empty rounds.
       "empty_rounds_this_call": result.empty_rounds,

@@ -10,6 +10,14 @@
 The learners themselves, and which of them compile client work with XLA, are
 dp_fl/execution/learners.py's (`learners.RUNTIMES`); this module adds what a training run
 configures for each. `--workers` selects the runtime `workers` from the default one.
+
+The default is the C++ worker, except where its memory would grow with the cohort
+(`program.runtime_for_cohort`): TFF's worker holds every client's results until the round's aggregate (≈ 3.4
+model-sized arrays a client, `budget.worker_cohort_estimate`), the in-process runtime folds
+each client into the accumulator as it completes (flat in the cohort, at the worker's speed:
+docs/BENCHMARKS.md "Runtimes"). So a run whose cohort would make the worker hold more than
+`budget.IN_PROCESS_ABOVE_BYTES` runs in process unless `--runtime` was given, and an explicit
+`--runtime=tff_worker` beyond the memory budget is refused naming the flag.
 """
 
 from __future__ import annotations
@@ -110,6 +118,8 @@ SETTINGS: dict[str, type] = {
     "tff_worker": TffWorkerSettings, "xla": XlaSettings, "workers": WorkersSettings}
 """`--runtime` -> the type of its `config.runtime_settings` (names: `learners.RUNTIMES`)."""
 
+IN_PROCESS = "xla"  # The in-process runtime a large cohort's default moves to (no XLA
+                    # compilation unless --jit_compile).
 DEFAULT = next(f.default for f in dataclasses.fields(config_lib.TrainingConfig)
                if f.name == "runtime")
 SELECTED_BY_WORKERS = "workers"  # The runtime that giving --workers selects from the default.

@@ -124,6 +124,45 @@ def test_each_worker_folds_its_clients_into_one_partial_aggregate(workers):
   remote_work[0].close()
 
 
+def test_a_workers_share_is_sent_in_calls_of_bounded_size(workers):
+  """Issue #43: TFF's worker holds every client's results of a call until its aggregate, so a
+  worker's share goes in calls of at most `max_clients_per_call` clients (never fewer than 2
+  with secure sums), merged here as they return: the worker still sends one partial per
+  round, and the totals are the in-process runtime's."""
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import xla  # pylint: disable=g-import-not-at-top
+  (worker,) = workers(1)
+  process = secure_sum_process.secure_sum_process()
+  local = xla.MapReduceProcess(process)
+  remote_work = []
+
+  def client_work(form):
+    remote_work.append(remote_workers.RemoteClientWork(
+        form, [worker.address], timeout_seconds=60.0, max_clients_per_call=2))
+    return remote_work[0]
+
+  remote = xla.MapReduceProcess(process, client_work=client_work)
+  calls = []
+  context = remote_work[0]._contexts[0]  # pylint: disable=protected-access
+  invoke = context.invoke
+  context.invoke = lambda comp, arg: calls.append(len(arg[0])) or invoke(comp, arg)
+
+  def sums(mapreduce, values):
+    result = mapreduce.next(mapreduce.initialize(), secure_sum_process.datasets(values))
+    return {k: int(v) for k, v in mapreduce.output(result.output).items()}
+
+  # With secure sums no call folds fewer than 2 clients, so 7 clients go in 3 calls, not 4
+  # (one would hold a single client's message): a call then holds up to 2 × 2 − 1.
+  for values, sizes in (([3, 5, 4, 1, 2, 0, 1], [3, 2, 2]), ([1, 2, 1, 0, 3], [3, 2]),
+                        ([2, 2, 1, 1], [2, 2]), ([2, 2], [2])):
+    calls.clear()
+    assert sums(remote, values) == sums(local, values), values
+    assert calls == sizes, (values, calls)
+  with pytest.raises(ValueError, match="max_clients_per_call"):
+    remote_workers.RemoteClientWork(process, [worker.address], max_clients_per_call=0)
+  remote_work[0].close()
+
+
 @pytest.mark.parametrize("count,parts,min_size,chunks", [
     (5, 2, 1, [(0, 3), (3, 5)]), (1, 2, 1, [(0, 1)]), (0, 3, 2, []),
     (3, 2, 2, [(0, 3)]), (1, 4, 2, [(0, 1)]), (5, 2, 2, [(0, 3), (3, 5)]),
@@ -191,8 +230,8 @@ def test_a_web_server_on_the_worker_port_is_named_as_such(tmp_path):
   address = f"localhost:{server.server_address[1]}"
   try:
     from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
-    with pytest.raises(exits.RemoteWorkerError, match=f"{address} .*an HTTP/1.x server "
-                       "listens there .*not a TFF worker"):
+    with pytest.raises(exits.RemoteWorkerError, match=f"{address} is answered by an "
+                       "HTTP/1.x server .*not a TFF worker"):
       remote_workers.connect([address], connect_seconds=1.0)
     # A training run against it writes nothing into its run directory.
     config = toy_program.toy_config(str(tmp_path / "run"), 2, "blt", workers=address,
@@ -257,8 +296,8 @@ def test_mutual_tls_to_a_worker_behind_a_tls_front(tmp_path, workers, certificat
       remote_workers.connect([front.address], connect_seconds=2.0, tls=runtime.TlsFiles(
           certificates["client_cert"], certificates["client_cert"],
           certificates["client_key"]))
-    # Plaintext to the TLS port is not served.
-    with pytest.raises(exits.RemoteWorkerError, match="not reachable"):
+    # Plaintext to the TLS port is not served, and named as a port that speaks no gRPC.
+    with pytest.raises(exits.RemoteWorkerError, match="does not speak gRPC .e.g. a TLS port"):
       remote_workers.connect([front.address], connect_seconds=2.0)
     assert front.handshake_failures >= 2
   finally:

@@ -65,8 +65,43 @@ def test_training_default_job_fits(tmp_path):
   assert 0 < estimate.bytes < resources.memory_budget()
 
 
-if __name__ == "__main__":
-  raise SystemExit(pytest.main([__file__, "-q"]))
+
+def test_a_large_cohort_leaves_the_worker_by_default(tmp_path):
+  """Issue #43: TFF's worker holds 3.4 model-sized arrays a client (measured 54 MB a client of
+  the 4.05M-parameter LSTM); the default moves to the in-process runtime, flat in the cohort,
+  once that passes 1 GiB, and an explicit --runtime=tff_worker beyond the memory budget is
+  refused naming --runtime and the largest cohort that fits."""
+  from dp_fl.training import program  # pylint: disable=g-import-not-at-top
+  per_client = budget.worker_cohort_estimate(_PAPER_D, 1).bytes
+  assert per_client == pytest.approx(54e6, rel=0.03)
+  paper = _config(tmp_path, clients_per_round=1000)
+  moved, line = program.runtime_for_cohort(paper, _PAPER_D, runtime_given=False)
+  assert (paper.runtime, moved.runtime) == ("tff_worker", "xla")
+  assert not moved.runtime_settings.jit_compile and moved.runtime_settings.device == "auto"
+  assert "in process" in line and "1000 clients" in line and "--runtime=tff_worker" in line
+  assert {k: v for k, v in moved.flags().items() if k not in ("runtime", "device",
+                                                              "jit_compile")} == {
+      k: v for k, v in paper.flags().items() if k != "runtime"}
+  # Small cohorts (every preset's quick job) keep the worker: 20 paper-size clients hold
+  # 1.10 GB, above 1 GiB; 19 hold 1.05 GB.
+  for clients, runtime in ((19, "tff_worker"), (20, "xla")):
+    chosen, _ = program.runtime_for_cohort(_config(tmp_path, clients_per_round=clients),
+                                           _PAPER_D, runtime_given=False)
+    assert chosen.runtime == runtime
+  # Given explicitly: kept while it fits the memory budget, refused beyond it.
+  kept, line = program.runtime_for_cohort(_config(tmp_path, clients_per_round=100),
+                                          _PAPER_D, runtime_given=True)
+  assert kept.runtime == "tff_worker" and line is None
+  resources.set_budgets(memory_bytes=8e9)
+  with pytest.raises(ValueError) as refused:
+    program.runtime_for_cohort(paper, _PAPER_D, runtime_given=True)
+  message = str(refused.value)
+  assert message.startswith("--runtime=tff_worker, --clients_per_round=1000:")
+  assert "--runtime=xla" in message and f"(at most {int(8e9 // per_client)} fit)" in message
+  # Other runtimes are never moved.
+  xla = _config(tmp_path, clients_per_round=1000, runtime="xla", device="cpu")
+  assert program.runtime_for_cohort(xla, _PAPER_D, runtime_given=False) == (xla, None)
+
 
 
 # Paper 004's StackOverflow model: 4,050,748 parameters.
@@ -117,3 +152,7 @@ def test_the_whole_job_is_estimated_and_refused_naming_rounds(tmp_path):
   over_ten = budget.job_estimate(config, _PAPER_D, 256 * 21, hosts=10)
   assert over_ten.seconds == pytest.approx(estimate.seconds / 10)
   assert budget.check_job_time(config, _PAPER_D, None) is None  # No model of the client.
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

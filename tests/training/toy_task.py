@@ -65,6 +65,16 @@ def _wide_keras_model():
                               tf.keras.layers.Dense(3)])
 
 
+def _big_keras_model():
+  """A 4-2048-2048-3 network (d = 4,212,739, about the paper's 4.05M-parameter LSTM): its
+  updates are model-sized (16.9 MB) while a client's step stays cheap (the cohort-memory
+  test)."""
+  return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                              tf.keras.layers.Dense(2048, activation="relu"),
+                              tf.keras.layers.Dense(2048, activation="relu"),
+                              tf.keras.layers.Dense(3)])
+
+
 def _loss():
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -77,12 +87,15 @@ def _metrics():
 # the learning processes of a test module's runs then share one traced client work
 # (`dp_fl.training.client_work.delta_client_work`).
 def make_task(name: str = "toy", poison_client: str | Sequence[str] | None = None,
-              num_clients: int = NUM_CLIENTS, wide: bool = False) -> task_lib.Task:
+              num_clients: int = NUM_CLIENTS, wide: bool = False,
+              big: bool = False) -> task_lib.Task:
+  """The toy task; `wide` and `big` give it the larger networks above."""
   return task_lib.Task(
       name=name,
       train_data=ToyClientData(num_clients, poison_client=poison_client),
       eval_dataset_fn=_eval_dataset,
-      keras_model_fn=_wide_keras_model if wide else _keras_model,
+      keras_model_fn=(_big_keras_model if big else _wide_keras_model if wide
+                      else _keras_model),
       loss_fn=_loss,
       metrics_fn=_metrics,
       baseline_metrics={"accuracy": 1 / 3, "unigram_accuracy": 1 / 3},
