@@ -26,7 +26,7 @@ import abc
 import collections.abc
 import dataclasses
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from dp_fl import writers
 from dp_fl.execution import runtime as runtime_lib
@@ -165,9 +165,11 @@ class WorkersLearner(XlaLearner):
                workers: Optional[str] = None,
                worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
                worker_tls: Optional[runtime_lib.TlsFiles] = None,
-               max_clients_per_call: Optional[int] = None, **unused: Any):
+               max_clients_per_call: Optional[int] = None,
+               worker_checks: Sequence[Any] = (), **unused: Any):
     """`max_clients_per_call`: the most clients one call to a worker folds (None: all of
-    its share of the round at once; `remote_workers.RemoteClientWork`)."""
+    its share of the round at once); `worker_checks`: `remote_workers.WorkerCheck`s every
+    worker must pass at connect (`remote_workers.RemoteClientWork`)."""
     from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     addresses = runtime_lib.parse_workers(workers or "")
     self._remote: Optional[Any] = None
@@ -175,7 +177,7 @@ class WorkersLearner(XlaLearner):
     def client_work(form: Any) -> Any:
       self._remote = remote_workers.RemoteClientWork(
           form, addresses, worker_timeout_seconds, tls=worker_tls,
-          max_clients_per_call=max_clients_per_call)
+          max_clients_per_call=max_clients_per_call, checks=worker_checks)
       return self._remote
 
     super().__init__(process, state, client_epochs, device, client_work=client_work, **unused)
@@ -210,10 +212,12 @@ RUNTIMES: dict[str, Runtime] = {r.name: r for r in (
 
 def preflight(name: str, device: str = "auto", workers: Optional[str] = None,
               worker_timeout_seconds: float = runtime_lib.DEFAULT_WORKER_TIMEOUT_SECONDS,
-              worker_tls: Optional[runtime_lib.TlsFiles] = None, **unused: Any) -> None:
+              worker_tls: Optional[runtime_lib.TlsFiles] = None,
+              worker_checks: Sequence[Any] = (), **unused: Any) -> None:
   """What a `--runtime` needs from the machine, checked before a run directory is written:
   the `--device` TensorFlow must see (xla, workers), and every worker of `--workers`
-  reachable and of this process's versions (connected once and let go)."""
+  reachable, of this process's versions and passing `worker_checks` (the task's: e.g. the
+  same database) — connected once and let go."""
   del unused
   runtime(name)
   if name in ("xla", "workers"):
@@ -222,7 +226,7 @@ def preflight(name: str, device: str = "auto", workers: Optional[str] = None,
   if name == "workers":
     from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
     remote_workers.connect(runtime_lib.parse_workers(workers or ""), worker_timeout_seconds,
-                           tls=worker_tls)
+                           tls=worker_tls, checks=worker_checks)
 
 
 def runtime(name: str) -> Runtime:

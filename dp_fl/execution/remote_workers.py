@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import socket
 import time
@@ -140,6 +141,47 @@ def _context(address: str, timeout_seconds: float, connect_seconds: float,
       transform_result=tensorflow_computation.transform_result)
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkerCheck:
+  """Something a worker must hold as this process does, checked at connect (`connect`).
+
+  `computation` takes one int32 client value and returns, from that client, what the worker
+  sees (e.g. the fingerprint of the database a client's dataset reads from its own disk:
+  `tasks/stackoverflow/database.worker_check`); `expected` is this process's value of the
+  same, `what` names it and `fix` says what to do when a worker differs.
+  """
+  what: str
+  computation: Any
+  expected: Any
+  fix: str
+
+
+def run_checks(address: str, context: Any, checks: Sequence[WorkerCheck]) -> None:
+  """Refuses (`exits.RemoteWorkerError`) a worker on which a check fails or differs."""
+  for check in checks:
+    try:
+      (value,) = context.invoke(check.computation, [0])
+    except Exception as e:  # pylint: disable=broad-except
+      first = _details(e).strip().splitlines()
+      raise exits.RemoteWorkerError(
+          address, f"cannot read {check.what} ({first[-1] if first else type(e).__name__}); "
+          f"{check.fix}") from e
+    if not _same(value, check.expected):
+      raise exits.RemoteWorkerError(
+          address, f"finds other data in {check.what}: {_short(value)} there, "
+          f"{_short(check.expected)} in this process; {check.fix}")
+
+
+def _same(a: Any, b: Any) -> bool:
+  flat_a, flat_b = tf.nest.flatten(a), tf.nest.flatten(b)
+  return len(flat_a) == len(flat_b) and all(
+      np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(flat_a, flat_b))
+
+
+def _short(value: Any) -> str:
+  return ", ".join(str(np.asarray(v).tolist()) for v in tf.nest.flatten(value))
+
+
 def split(count: int, parts: int, min_size: int = 1) -> list[tuple[int, int]]:
   """`count` items in at most `parts` contiguous chunks whose sizes differ by at most one, in
   order (empty chunks dropped), each of at least `min_size` items: fewer chunks when `count`
@@ -159,15 +201,21 @@ def connect(addresses: Sequence[str],
             timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
             connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
             pool: Optional[concurrent.futures.Executor] = None,
-            tls: Optional[runtime.TlsFiles] = None) -> list[Any]:
-  """An execution context per worker address, each reachable and of this process's versions
-  (`check_version`, run on all workers at once); `exits.RemoteWorkerError` otherwise."""
+            tls: Optional[runtime.TlsFiles] = None,
+            checks: Sequence[WorkerCheck] = ()) -> list[Any]:
+  """An execution context per worker address, each reachable, of this process's versions
+  (`check_version`) and passing `checks` (`run_checks`: e.g. the same database), run on all
+  workers at once; `exits.RemoteWorkerError` otherwise."""
   contexts = [_context(a, timeout_seconds, connect_seconds, tls) for a in addresses]
   probe = _stamp_probe()  # Traced once, here, not in each worker's thread.
   with contextlib.ExitStack() as stack:
     if pool is None:
       pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(len(contexts) or 1))
-    for future in [pool.submit(check_version, address, context, timeout_seconds, probe)
+    def check(address, context):
+      check_version(address, context, timeout_seconds, probe)
+      run_checks(address, context, checks)
+
+    for future in [pool.submit(check, address, context)
                    for address, context in zip(addresses, contexts)]:
       future.result()
   return contexts
@@ -254,7 +302,8 @@ class RemoteClientWork:
                timeout_seconds: float = runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
                connect_seconds: float = CONNECT_TIMEOUT_SECONDS,
                tls: Optional[runtime.TlsFiles] = None,
-               max_clients_per_call: Optional[int] = None):
+               max_clients_per_call: Optional[int] = None,
+               checks: Sequence[WorkerCheck] = ()):
     """`max_clients_per_call`: the most clients one call folds on a worker (None: a worker's
     whole share of the round in one call). TFF's worker holds every client's results of a
     call until its aggregate, so this bounds a worker's memory whatever the cohort; each
@@ -277,7 +326,7 @@ class RemoteClientWork:
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self.addresses))
     try:
       self._contexts = connect(self.addresses, timeout_seconds, connect_seconds, self._pool,
-                               tls)
+                               tls, checks)
     except BaseException:
       self.close()
       raise

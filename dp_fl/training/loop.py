@@ -31,8 +31,10 @@ The collaborators are duck-typed (`tests/training/loop_test.py` drives the loop 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Optional
+import time
+from typing import Any, Callable, Iterator, Optional
 
 from dp_fl.participation import base as participation_base
 from dp_fl.training import policies as policies_lib
@@ -40,6 +42,29 @@ from dp_fl.training import policies as policies_lib
 # Rounds in a row with no eligible client before the run stops (a night of the diurnal
 # availability at 0.2 h rounds is ≈ 40; thousands mean the population cannot serve a round).
 MAX_CONSECUTIVE_EMPTY_ROUNDS = participation_base.MAX_CONSECUTIVE_EMPTY_ROUNDS
+
+
+STAGES = ("data", "training", "accounting", "checkpoint", "evaluation")
+"""Where a call's wall time goes (`StageTimes`): selecting the round and building its client
+datasets; the learner's round and its commit (client work, aggregation and noise, weight
+projection); ε for the budget, the progress lines and the reports; checkpoints; evaluation."""
+
+
+class StageTimes:
+  """Wall seconds the loop spent in each of `STAGES` in this call (issue #43: summary.json's
+  `seconds_by_stage`, `scripts/bench_paper_scale`)."""
+
+  def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    self.seconds = dict.fromkeys(STAGES, 0.0)
+    self._clock = clock
+
+  @contextlib.contextmanager
+  def __call__(self, stage: str) -> Iterator[None]:
+    start = self._clock()
+    try:
+      yield
+    finally:
+      self.seconds[stage] += self._clock() - start
 
 
 @dataclasses.dataclass
@@ -63,6 +88,7 @@ class Outcome:
   eval_metrics: dict[str, float]
   report: Optional[Any]
   empty_rounds: int = 0  # Rounds skipped in this call because no client could take part.
+  seconds_by_stage: dict[str, float] = dataclasses.field(default_factory=dict)  # StageTimes
 
 
 class TrainingLoop:
@@ -109,6 +135,7 @@ class TrainingLoop:
     self.discards_at_checkpoint = self.discarded()
     self.empty_rounds = 0  # In this call.
     self.consecutive_empty = 0
+    self.timed = StageTimes()
 
   def discarded(self) -> int:
     return self.participation.scheduler.discarded_rounds
@@ -131,32 +158,26 @@ class TrainingLoop:
       self.evaluate()
     stop = stop or policies_lib.Stop(policies_lib.COMPLETED, "")
     return Outcome(self.rounds_done, stop.reason, stop.message, self.eval_metrics, report,
-                   self.empty_rounds)
+                   self.empty_rounds, dict(self.timed.seconds))
 
   def round(self) -> Optional[policies_lib.Stop]:
     """One round (steps 1-5 of the module docstring); a `Stop` ends the run."""
-    pending = self.participation.select_round()
+    with self.timed("data"):
+      pending = self.participation.select_round()
     next_round = self.rounds_done + 1
     if not pending.client_ids and self.participation.scheduler.skips_empty_rounds:
       return self.skip_empty_round(pending, next_round)
     if self.policies.budget.active:
-      realized = self.participation.scheduler.realized_if(pending.selection)
-      stop = self.policies.budget.check(next_round, self.accountant.epsilon(realized),
-                                        participation=realized)
-      if stop is not None and self.accountant.report_accountant:
-        # The progress bound (e.g. RDP) is looser than the report's (PLD): the budget caps
-        # the ε the run reports, so the report's figure decides (a σ calibrated with PLD).
-        report = self.accountant.report(realized)
-        if report is not None:
-          stop = self.policies.budget.check(next_round, report.epsilon,
-                                            participation=realized)
+      with self.timed("accounting"):
+        stop = self.budget_check(next_round, pending)
       if stop is not None:
         self.participation.withdraw(pending)
         return stop
     if self.before_release is not None:
       self.before_release(next_round, pending.selection.client_ids)
     try:
-      result, metrics = self.learner.next(pending.datasets)
+      with self.timed("training"):
+        result, metrics = self.learner.next(pending.datasets)
     except BaseException:
       # Nothing of the round was applied (nor released, unless `before_release` says a
       # computed round is): its selection is withdrawn, so a checkpoint written on the way
@@ -178,6 +199,20 @@ class TrainingLoop:
       return self.policies.nonfinite.give_up()
     self.apply(result, pending, metrics)
     return self.policies.signal.check(self.rounds_done)
+
+  def budget_check(self, next_round: int, pending: Any) -> Optional[policies_lib.Stop]:
+    """The ε budget asked as if `pending` were applied (step 1 of the module docstring)."""
+    realized = self.participation.scheduler.realized_if(pending.selection)
+    stop = self.policies.budget.check(next_round, self.accountant.epsilon(realized),
+                                      participation=realized)
+    if stop is not None and self.accountant.report_accountant:
+      # The progress bound (e.g. RDP) is looser than the report's (PLD): the budget caps
+      # the ε the run reports, so the report's figure decides (a σ calibrated with PLD).
+      report = self.accountant.report(realized)
+      if report is not None:
+        stop = self.policies.budget.check(next_round, report.epsilon,
+                                          participation=realized)
+    return stop
 
   def skip_empty_round(self, pending: Any, next_round: int) -> Optional[policies_lib.Stop]:
     """No client could take part (e.g. none available at night): nothing is trained.
@@ -201,18 +236,23 @@ class TrainingLoop:
           "population"))
     return None
 
+  def _commit(self, result: Any) -> None:
+    """The learner's new state, its weights projected (`WeightProjection`)."""
+    self.learner.commit(result)
+    if self.policies.projection.active:
+      self.learner.set_model_weights(
+          self.policies.projection.apply(self.learner.model_weights()))
+
   def apply(self, result: Any, pending: Any, metrics: dict[str, Any]) -> None:
     """Commits a good round, projects the weights, writes metrics, checkpoints, evaluates."""
-    self.learner.commit(result)
+    with self.timed("training"):
+      self._commit(result)
     self.participation.commit(pending)
     if self.consecutive_empty > 1:  # The streak's first line gave only its first round.
       self.outputs.progress(
           f"rounds before {self.rounds_done + 1}: {self.consecutive_empty} in a row found no "
           f"eligible client and were skipped ({self.empty_rounds} empty in this call)")
     self.consecutive_empty = 0
-    if self.policies.projection.active:
-      self.learner.set_model_weights(
-          self.policies.projection.apply(self.learner.model_weights()))
     self.rounds_done += 1
     if self.after_apply is not None:
       self.after_apply(self.rounds_done, pending.selection.client_ids)
@@ -242,11 +282,11 @@ class TrainingLoop:
         # goes down as rounds go up); the report's tighter figure is shown beside it.
         extra = (f"report ε {report.epsilon:.3f} ({self.accountant.report_accountant})  "
                  + extra)
-        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+        epsilon = self.epsilon_so_far()
       elif report is not None:
         epsilon = report.epsilon
       else:  # Non-private: the same "inf" as the other progress lines (not "n/a").
-        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+        epsilon = self.epsilon_so_far()
       self.outputs.epsilon_so_far(self.rounds_done, epsilon)
       self.outputs.progress(self.meter.line(
           self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
@@ -255,7 +295,7 @@ class TrainingLoop:
       # The file's rows follow the rounds; the progress lines, the wall clock.
       record, due = cadence.record_epsilon_after(self.rounds_done), self.policies.clock.due()
       if record or due:
-        epsilon = self.accountant.epsilon(self.participation.scheduler.realized())
+        epsilon = self.epsilon_so_far()
         if record:
           self.outputs.epsilon_so_far(self.rounds_done, epsilon)
         if due:
@@ -283,16 +323,24 @@ class TrainingLoop:
 
   def checkpoint(self) -> None:
     self.discards_at_checkpoint = self.discarded()
-    self._save_checkpoint(self.rounds_done)
+    with self.timed("checkpoint"):
+      self._save_checkpoint(self.rounds_done)
     self.last_checkpoint = self.rounds_done
 
   def evaluate(self) -> None:
-    self.eval_metrics = self._evaluate()
+    with self.timed("evaluation"):
+      self.eval_metrics = self._evaluate()
     self.outputs.evaluation(self.rounds_done, self.eval_metrics)
     self.evaluated_round = self.rounds_done
 
+  def epsilon_so_far(self) -> float:
+    """The progress accountant's ε of the rounds applied."""
+    with self.timed("accounting"):
+      return self.accountant.epsilon(self.participation.scheduler.realized())
+
   def refresh_privacy(self) -> Optional[Any]:
-    report = self.accountant.report(self.participation.scheduler.realized())
+    with self.timed("accounting"):
+      report = self.accountant.report(self.participation.scheduler.realized())
     if report is not None:
       self.outputs.privacy(self.rounds_done, report)
     return report

@@ -8,7 +8,7 @@ format) and model.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,10 @@ class Task:
     client_tokens: optional; at most how many tokens (examples × their length) one client
       trains on per local epoch, for the whole job's time estimate
       (`budget.check_job_time`; None: no estimate).
+    worker_checks: optional; returns the `remote_workers.WorkerCheck`s a remote worker
+      (`--workers`) must pass before it trains this task's clients — e.g. that the database
+      its clients' datasets read from the worker's own disk is this process's (the
+      StackOverflow lazy path: only the datasets' graphs, not their records, go to workers).
   """
   name: str
   train_data: Any
@@ -63,6 +67,7 @@ class Task:
   validation_baseline_metrics: Optional[Mapping[str, float]] = None
   headline_metric: str = "accuracy"
   client_tokens: Optional[float] = None
+  worker_checks: Optional[Callable[[], Sequence[Any]]] = None
 
   def __post_init__(self):
     if not isinstance(self.name, str) or not self.name:

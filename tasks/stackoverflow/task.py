@@ -21,6 +21,7 @@ from dp_fl import _checks
 from dp_fl.training import budget
 from dp_fl.training import task as task_lib
 from tasks import real_text
+from tasks import sql_client_data
 from tasks.stackoverflow import baselines
 from tasks.stackoverflow import database
 from tasks.stackoverflow import in_memory
@@ -125,6 +126,10 @@ def check_sizes(settings: StackOverflowSettings, train_sentences: int,
   budget.check_task_sizes(parameters, model_flags, parts)
 
 
+def _worker_checks(path: str) -> tuple:
+  return (sql_client_data.worker_check(path, "the StackOverflow database"),)
+
+
 def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   directory = data_directory(settings)
@@ -178,6 +183,9 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       validation_baseline_metrics=None if validation_baseline is None else {
           f"unigram_{k}": v for k, v in validation_baseline.items()},
       headline_metric="accuracy_without_out_of_vocab_or_end_of_sentence",
+      # The lazy path's client datasets are graphs that read the file on the worker.
+      worker_checks=None if settings.in_memory else functools.partial(
+          _worker_checks, database.database_path(directory)),
       description=(f"StackOverflow next-word prediction ({source}; vocabulary {vocab_size} + "
                    f"{settings.num_oov_buckets} OOV, LSTM {settings.lstm_size}, "
                    f"{len(train.client_ids)} train clients)"))

@@ -163,6 +163,62 @@ def test_a_workers_share_is_sent_in_calls_of_bounded_size(workers):
   remote_work[0].close()
 
 
+def _tff_sqlite(path, sizes):
+  """A TFF SqlClientData file: client c_i with sizes[i] records of split train."""
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  connection = sqlite3.connect(path)
+  connection.execute("CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT "
+                     "NULL, serialized_example_proto BLOB NOT NULL);")
+  connection.execute("CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT "
+                     "NOT NULL, num_examples INTEGER NOT NULL);")
+  for i, size in enumerate(sizes):
+    example = tf.train.Example(features=tf.train.Features(feature={"x": tf.train.Feature(
+        float_list=tf.train.FloatList(value=[float(i)] * 16))})).SerializeToString()
+    connection.executemany("INSERT INTO examples VALUES ('train', ?, ?);",
+                           [(f"c_{i}", example)] * size)
+    connection.execute("INSERT INTO client_metadata VALUES (?, 'train', ?);", (f"c_{i}", size))
+  connection.commit()
+  connection.close()
+
+
+def test_workers_read_the_clients_records_themselves_from_the_same_database(tmp_path, workers,
+                                                                           monkeypatch):
+  """Issue #43: a lazily read client's dataset goes to a worker as a graph naming the file (its
+  size does not grow with the client's records: the worker reads them from its own disk), so
+  each worker is checked at connect to read the file this process reads — the same rows at
+  the same absolute path — and refused naming the file otherwise."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from dp_fl.execution import remote_workers  # pylint: disable=g-import-not-at-top
+  from tasks import sql_client_data  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "data.sqlite")
+  _tff_sqlite(path, [1, 400, 3])
+  data = tff.simulation.datasets.SqlClientData(path, "train")
+  graph_bytes = {
+      c: len(tf.raw_ops.DatasetToGraphV2(
+          input_dataset=tf.data.experimental.to_variant(data.create_tf_dataset_for_client(c)),
+          external_state_policy=2).numpy()) for c in ("c_0", "c_1")}
+  assert abs(graph_bytes["c_1"] - graph_bytes["c_0"]) < 64, graph_bytes  # 400 records vs 1.
+  check = sql_client_data.worker_check(path, "the test database")
+  assert check.expected[:2] == (3, 404)
+  (worker,) = workers(1)
+  remote_workers.connect([worker.address], connect_seconds=30.0, checks=[check])
+  # The worker sees another file at the path: refused, both fingerprints named.
+  os.remove(path)
+  _tff_sqlite(path, [1, 401, 3])
+  with pytest.raises(exits.RemoteWorkerError, match=(
+      rf"{worker.address} finds other data in the test database at {path} .*3, 405, .* "
+      r"there, "
+      r"3, 404, .* in this process; copy this process's file")):
+    remote_workers.connect([worker.address], connect_seconds=30.0, checks=[check])
+  # A path the worker cannot open (relative: the worker runs in its own directory).
+  monkeypatch.chdir(tmp_path)
+  relative = sql_client_data.worker_check("data.sqlite", "the test database")
+  with pytest.raises(exits.RemoteWorkerError, match=(
+      r"cannot read the test database at data.sqlite .*same absolute path")):
+    remote_workers.connect([worker.address], connect_seconds=30.0, checks=[relative])
+
+
 @pytest.mark.parametrize("count,parts,min_size,chunks", [
     (5, 2, 1, [(0, 3), (3, 5)]), (1, 2, 1, [(0, 1)]), (0, 3, 2, []),
     (3, 2, 2, [(0, 3)]), (1, 4, 2, [(0, 1)]), (5, 2, 2, [(0, 3), (3, 5)]),

@@ -230,6 +230,37 @@ def test_runs_every_round_with_cadence_of_checkpoints_and_evaluations():
   assert [e for e, _ in parts["participation"].events] == ["commit"] * 10
 
 
+def test_the_wall_time_is_attributed_to_each_stage():
+  """Issue #43: where a call's time goes (summary.json's `seconds_by_stage`), each
+  collaborator's time counted in its own stage, none twice."""
+  clock = _FakeClock()
+  training, parts = _loop(rounds=4, eval_every=2, checkpoint_every=2, target_epsilon=100.0)
+  training.timed = loop.StageTimes(clock)
+
+  def costing(seconds, function):
+    def call(*args, **kwargs):
+      clock.now += seconds
+      return function(*args, **kwargs)
+    return call
+
+  parts["participation"].select_round = costing(1.0, parts["participation"].select_round)
+  parts["learner"].next = costing(10.0, parts["learner"].next)
+  parts["learner"].commit = costing(0.5, parts["learner"].commit)
+  parts["accountant"].epsilon = costing(0.25, parts["accountant"].epsilon)
+  parts["accountant"].report = costing(0.125, parts["accountant"].report)
+  training._save_checkpoint = costing(2.0, training._save_checkpoint)
+  training._evaluate = costing(3.0, training._evaluate)
+  outcome = training.run()
+  assert outcome.rounds_done == 4
+  # 4 rounds: selections, rounds + commits; ε before each round (the budget) and after it
+  # (the ε-so-far rows), reports at the evaluations and at the end; checkpoints at 2 and 4;
+  # evaluations at 2 and 4.
+  assert outcome.seconds_by_stage == {
+      "data": 4 * 1.0, "training": 4 * 10.5,
+      "accounting": 4 * 0.25 + 4 * 0.25 + 3 * 0.125,
+      "checkpoint": 2 * 2.0, "evaluation": 2 * 3.0}
+
+
 def test_epsilon_budget_withdraws_the_round_that_would_exceed_it():
   training, parts = _loop(rounds=10, target_epsilon=1.6)
   outcome = training.run()
