@@ -282,7 +282,8 @@ def _train(args: argparse.Namespace,
   task = make_task(settings)
   print(task.description, flush=True)
   config, moved = program.runtime_for_cohort(config, program.model_dimension(task),
-                                             "runtime" in given(args))
+                                             "runtime" in given(args),
+                                             given(args).get("device"))
   if moved:
     print(moved, flush=True)
   program.check_job_time(task, config)  # Before a calibration that emulates every round.
@@ -437,7 +438,8 @@ def _compare(args: argparse.Namespace,
 
     def config_on_runtime(label, participation=None):
       config, moved = program.runtime_for_cohort(config_for(label, participation), dimension,
-                                                 "runtime" in given(args))
+                                                 "runtime" in given(args),
+                                                 given(args).get("device"))
       if moved and moved not in moved_lines:
         moved_lines.add(moved)
         print(moved, flush=True)

@@ -185,7 +185,8 @@ def worker_checks(task: task_lib.Task, config: config_lib.TrainingConfig) -> tup
   return tuple(task.worker_checks())
 
 
-def runtime_for_cohort(config: config_lib.TrainingConfig, dimension: int, runtime_given: bool
+def runtime_for_cohort(config: config_lib.TrainingConfig, dimension: int, runtime_given: bool,
+                       device: Optional[str] = None
                        ) -> tuple[config_lib.TrainingConfig, Optional[str]]:
   """The runtime a round of `config.clients_per_round` clients of a `dimension`-parameter
   model runs on, and a line saying why when the default was changed (issue #43).
@@ -196,7 +197,8 @@ def runtime_for_cohort(config: config_lib.TrainingConfig, dimension: int, runtim
   the default runtime (`runtime_given` False) a cohort that would hold more than
   `budget.IN_PROCESS_ABOVE_BYTES` in the worker runs in process; an explicit
   `--runtime=tff_worker` is kept, and refused beyond the memory budget naming `--runtime`
-  and `--clients_per_round`.
+  and `--clients_per_round`. `device`: the `--device` the user gave (the worker has no
+  device choice, so its settings do not keep it), applied when the run moves in process.
   """
   if config.runtime != runtimes.DEFAULT:
     return config, None
@@ -206,7 +208,7 @@ def runtime_for_cohort(config: config_lib.TrainingConfig, dimension: int, runtim
     moved = registry.make_config(**{
         **{k: v for k, v in config.flags().items()
            if k not in runtimes.setting_fields() or k in kept},
-        "runtime": runtimes.IN_PROCESS})
+        **({} if device is None else {"device": device}), "runtime": runtimes.IN_PROCESS})
     return moved, (
         f"runtime: in process (--runtime={runtimes.IN_PROCESS} on "
         f"{moved.runtime_settings.device}, no XLA compilation), not TFF's C++ worker: "

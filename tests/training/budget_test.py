@@ -82,6 +82,9 @@ def test_a_large_cohort_leaves_the_worker_by_default(tmp_path):
   assert {k: v for k, v in moved.flags().items() if k not in ("runtime", "device",
                                                               "jit_compile")} == {
       k: v for k, v in paper.flags().items() if k != "runtime"}
+  # A --device given with the default runtime (which the worker ignores) is kept on the move.
+  on_cpu, _ = program.runtime_for_cohort(paper, _PAPER_D, runtime_given=False, device="cpu")
+  assert (on_cpu.runtime, on_cpu.runtime_settings.device) == ("xla", "cpu")
   # Small cohorts (every preset's quick job) keep the worker: 20 paper-size clients hold
   # 1.10 GB, above 1 GiB; 19 hold 1.05 GB.
   for clients, runtime in ((19, "tff_worker"), (20, "xla")):
