@@ -236,23 +236,22 @@ class TrainingLoop:
           "population"))
     return None
 
-  def _commit(self, result: Any) -> None:
-    """The learner's new state, its weights projected (`WeightProjection`)."""
-    self.learner.commit(result)
-    if self.policies.projection.active:
-      self.learner.set_model_weights(
-          self.policies.projection.apply(self.learner.model_weights()))
-
   def apply(self, result: Any, pending: Any, metrics: dict[str, Any]) -> None:
     """Commits a good round, projects the weights, writes metrics, checkpoints, evaluates."""
+    # The learner's state and the ledger advance together, before anything that can fail:
+    # a round whose model exists is always in the ledger.
     with self.timed("training"):
-      self._commit(result)
+      self.learner.commit(result)
     self.participation.commit(pending)
     if self.consecutive_empty > 1:  # The streak's first line gave only its first round.
       self.outputs.progress(
           f"rounds before {self.rounds_done + 1}: {self.consecutive_empty} in a row found no "
           f"eligible client and were skipped ({self.empty_rounds} empty in this call)")
     self.consecutive_empty = 0
+    if self.policies.projection.active:
+      with self.timed("training"):
+        self.learner.set_model_weights(
+            self.policies.projection.apply(self.learner.model_weights()))
     self.rounds_done += 1
     if self.after_apply is not None:
       self.after_apply(self.rounds_done, pending.selection.client_ids)
