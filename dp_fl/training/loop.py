@@ -268,11 +268,21 @@ class TrainingLoop:
                    server_learning_rate=self.learning_rate_at(self.rounds_done - 1))
     self.outputs.train(self.rounds_done, metrics)
     cadence = self.policies.cadence
+    evaluate = cadence.evaluate_after(self.rounds_done)
+    record = evaluate or cadence.record_epsilon_after(self.rounds_done)
+    due = evaluate or self.policies.clock.due()  # The file's rows follow the rounds; the
+    epsilon = None                               # progress lines, the wall clock.
+    if record or due:
+      epsilon = self.progress_epsilon(evaluate)
+      if record:
+        # Before the checkpoint, as the round's metrics: a crash right after the checkpoint
+        # resumes past this round, and its row would be missing from privacy.csv.
+        self.outputs.epsilon_so_far(self.rounds_done, epsilon)
     if cadence.checkpoint_after(self.rounds_done):
       # Before an evaluation is published: a crash after it resumes from this state, so
       # the published result is never recomputed (with the same noise) on resume.
       self.checkpoint()
-    if cadence.evaluate_after(self.rounds_done):
+    if evaluate:
       self.evaluate()
       report = self.refresh_privacy()
       extra = "eval " + ", ".join(f"{k} {v:.4f}" for k, v in self.eval_metrics.items())
@@ -281,26 +291,24 @@ class TrainingLoop:
         # goes down as rounds go up); the report's tighter figure is shown beside it.
         extra = (f"report ε {report.epsilon:.3f} ({self.accountant.report_accountant})  "
                  + extra)
-        epsilon = self.epsilon_so_far()
-      elif report is not None:
-        epsilon = report.epsilon
-      else:  # Non-private: the same "inf" as the other progress lines (not "n/a").
-        epsilon = self.epsilon_so_far()
-      self.outputs.epsilon_so_far(self.rounds_done, epsilon)
       self.outputs.progress(self.meter.line(
           self.rounds_done, epsilon, extra, self.accountant.progress_accountant))
       self.policies.clock.mark()
-    else:
-      # The file's rows follow the rounds; the progress lines, the wall clock.
-      record, due = cadence.record_epsilon_after(self.rounds_done), self.policies.clock.due()
-      if record or due:
-        epsilon = self.epsilon_so_far()
-        if record:
-          self.outputs.epsilon_so_far(self.rounds_done, epsilon)
-        if due:
-          self.outputs.progress(self.meter.line(
-              self.rounds_done, epsilon, accountant=self.accountant.progress_accountant))
-          self.policies.clock.mark()
+    elif due:
+      self.outputs.progress(self.meter.line(
+          self.rounds_done, epsilon, accountant=self.accountant.progress_accountant))
+      self.policies.clock.mark()
+
+  def progress_epsilon(self, evaluation: bool) -> float:
+    """The ε of a progress line and of privacy.csv: the progress accountant's; at an
+    evaluation of a run whose report has no separate method, the report's (the same figure
+    the report then states)."""
+    if evaluation and not self.accountant.report_accountant:
+      with self.timed("accounting"):
+        report = self.accountant.report(self.participation.scheduler.realized())
+      if report is not None:
+        return report.epsilon
+    return self.epsilon_so_far()
 
   def checkpoint_on_error(self) -> None:
     """On an error exit: a checkpoint of the last committed round, if it has none yet.

@@ -230,6 +230,25 @@ def test_runs_every_round_with_cadence_of_checkpoints_and_evaluations():
   assert [e for e, _ in parts["participation"].events] == ["commit"] * 10
 
 
+def test_a_crash_right_after_a_checkpoint_loses_no_row_of_the_privacy_log():
+  """The round's ε-so-far row is written before its checkpoint, as its metrics are: a SIGKILL
+  just after the checkpoint resumes past the round, which must not leave a hole in
+  metrics/privacy.csv (found by program_test's SIGKILL resume on a loaded machine)."""
+  training, parts = _loop(rounds=10, eval_every=4, checkpoint_every=3)
+  saved = training._save_checkpoint
+
+  def killed_after_saving(round_number):
+    saved(round_number)
+    if round_number == 3:
+      raise KeyboardInterrupt  # The process dies with the checkpoint written.
+
+  training._save_checkpoint = killed_after_saving
+  with pytest.raises(KeyboardInterrupt):
+    training.run()
+  assert parts["checkpoints"][-1] == 3
+  assert [r for r, _ in parts["outputs"].epsilons] == [1, 2, 3]
+
+
 def test_the_wall_time_is_attributed_to_each_stage():
   """Issue #43: where a call's time goes (summary.json's `seconds_by_stage`), each
   collaborator's time counted in its own stage, none twice."""
