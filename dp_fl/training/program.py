@@ -334,15 +334,22 @@ def evaluate(task: task_lib.Task, model_weights: Any) -> dict[str, float]:
 # The loop.
 
 
-def check_population(restored: checkpoints_lib.Checkpoint, num_clients: int) -> None:
-  """Refuses to resume from `restored` on a population of another size than it trained on,
-  naming that (checked before the settings: a calibrated σ follows the population, and a
-  changed σ would otherwise be blamed). Checkpoints before the record existed pass."""
+def check_population(restored: checkpoints_lib.Checkpoint, num_clients: int,
+                     canaries: int = 0) -> None:
+  """Refuses to resume from `restored` on data of another number of clients than it trained
+  on, naming that (checked before the settings: a calibrated σ follows the population, and a
+  changed σ would otherwise be blamed). `num_clients` counts the audit's `canaries`; their
+  number is compared apart, as the setting it is (`--audit_canaries`, with the other privacy
+  settings). Checkpoints before the record existed pass."""
   saved_clients = restored.meta.get("num_clients")
-  if saved_clients is not None and saved_clients != num_clients:
+  record = restored.meta.get("privacy")
+  saved_canaries = (record.get("audit_canaries", canaries) if isinstance(record, dict)
+                    else canaries) or 0
+  if saved_clients is not None and saved_clients - saved_canaries != num_clients - canaries:
     raise ValueError(
         f"Refusing to resume from the checkpoint {restored.path}: it trained on a population "
-        f"of {saved_clients} clients, the data given now has {num_clients} (another "
+        f"of {saved_clients - saved_canaries} clients, the data given now has "
+        f"{num_clients - canaries} (another "
         "--data_dir / --data_files or corpus?). Its participation ledger and privacy account "
         "are of the first population: resume with the same data, or start a new run in "
         "another --root_dir.")
@@ -399,7 +406,7 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
   restored = manager.restore_latest()
   num_clients = population(task, config)
   if restored is not None:
-    check_population(restored, num_clients)
+    check_population(restored, num_clients, config.audit_canaries)
   saved = config_lib.check_saved(config, registry.config_from_dict)
   if restored is not None:
     check_checkpoint_privacy(restored, config, saved is not None)
