@@ -390,6 +390,7 @@ class _Start:
   digest: Optional[str]
   num_clients: int
   dimension: int  # The model's trainable parameters (built once, for the checks and d).
+  worker_checks: tuple[Any, ...] = ()  # Built and run once at preflight, kept for the learner.
 
 
 def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) -> _Start:
@@ -436,11 +437,12 @@ def _open_run_directory(task: task_lib.Task, config: config_lib.TrainingConfig) 
         "rebuilt. Put back the run's mechanism file, or start a new run in another --root_dir.")
   # The device and the workers, before anything is written (#43: config.json used to be
   # written before a missing GPU or an unreachable worker was found).
+  checks = worker_checks(task, config)
   learners_lib.preflight(config.runtime, **config.runtime_settings.learner_kwargs(),
-                         worker_checks=worker_checks(task, config))
+                         worker_checks=checks)
   config_lib.save(config)  # Everything validated: the run directory is now this run's.
   save_mechanism(config, mechanism)
-  return _Start(manager, restored, mechanism, digest, num_clients, dimension)
+  return _Start(manager, restored, mechanism, digest, num_clients, dimension, checks)
 
 
 def save_mechanism(config: config_lib.TrainingConfig,
@@ -571,7 +573,7 @@ def _run_locked(task: task_lib.Task, config: config_lib.TrainingConfig,
   learner = learners_lib.runtime(config.runtime).learner(
       process, state, config.client_epochs, **config.runtime_settings.learner_kwargs(),
       max_clients_per_call=budget.clients_per_worker_call(start.dimension),
-      worker_checks=worker_checks(task, config))
+      worker_checks=start.worker_checks)
   del state
 
   def save_checkpoint(round_number: int) -> None:
