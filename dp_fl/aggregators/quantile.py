@@ -17,6 +17,18 @@ neighbour's reported ½ against −½); the accountants (`dp_fl/accounting/adapt
 charge the one the run's adjacency needs. ζₜ₊₁ depends on the data only through b̃ₜ, so the
 clip norm every later round uses is post-processing of released values.
 
+**The start search** (`search_step` s₀ > 0; dp_fl's addition, not in Andrew et al.): the
+geometric step moves log ζ by at most η·max(γ, 1 − γ) a round, so a start 100× off costs
+⌈ln 100 / (ηγ)⌉ rounds (18 at η = 1, γ = ½; 46 at the paper's η = 0.2) in which every update
+is clipped to a fraction of its size or noised at 100× the scale — a quarter of a 100-round job
+(docs/RESULTS.md). Until the search ends, the estimator instead steps log ζ by ±s in the
+direction d = sign(γ − b̃ₜ) and halves s each time d reverses (a bisection over log ζ that
+first brackets the quantile by steps of s₀); it ends when s ≤ η·max(γ, 1 − γ), the largest
+step the geometric update takes, and the geometric update runs from there. From 100× off
+with s₀ = 2 the quantile is bracketed in ⌈ln 100 / 2⌉ = 3 rounds. The search reads the
+data only through the same b̃ₜ (its d, s and the round it ends are functions of b̃₀..b̃ₜ):
+post-processing, so the accounting is the estimator's without it.
+
 `QuantileEstimator.process(seed)` is a `tff.templates.EstimationProcess` with the signature
 TFF's `tff.aggregators.clipping_factory` takes for an adaptive clipping norm (`next(state,
 norms@CLIENTS)`, `report(state) -> ζ@SERVER`), so the DP aggregators compose TFF's clipping
@@ -56,6 +68,8 @@ class QuantileEstimator:
     count_stddev: σ_b >= 0, the std of the Gaussian noise on Σᵢ (bᵢ − ½) (0: not private).
     expected_count: m > 0, the denominator (the expected cohort).
     min_estimate, max_estimate: the public clamp of ζ.
+    search_step: s₀ >= 0, the first log-step of the start search (see the module docstring;
+      0: the geometric update from the first round, as in Andrew et al.).
     max_step_clip_norm: None, or ζ_cap: the aggregators then scale the released update of a
       round by min(1, ζ_cap / ζₜ), so a clip norm still far above the update norms (early in
       a run started high) cannot put more noise into the model than clipping at ζ_cap would
@@ -70,6 +84,7 @@ class QuantileEstimator:
   min_estimate: float = ESTIMATE_RANGE[0]
   max_estimate: float = ESTIMATE_RANGE[1]
   max_step_clip_norm: Optional[float] = None
+  search_step: float = 0.0
 
   def __post_init__(self):
     _checks.check_open_unit("target_quantile", self.target_quantile)
@@ -84,6 +99,18 @@ class QuantileEstimator:
                            self.max_estimate, why="the clip norm must stay representable")
     if self.max_step_clip_norm is not None:
       _checks.check_positive("max_step_clip_norm", self.max_step_clip_norm)
+    _checks.check_nonnegative("search_step", self.search_step)
+
+  @property
+  def geometric_step_bound(self) -> float:
+    """η·max(γ, 1 − γ): the largest log-step of the geometric update (the search ends at or
+    below it)."""
+    return self.learning_rate * max(self.target_quantile, 1.0 - self.target_quantile)
+
+  @property
+  def initial_search_step(self) -> float:
+    """s₀, or 0 when it is no larger than the geometric update's own step (no search)."""
+    return self.search_step if self.search_step > self.geometric_step_bound else 0.0
 
   def step_scale(self, clip_norm: tf.Tensor) -> tf.Tensor:
     """min(1, ζ_cap / ζₜ): the factor of the round's released update (1 without a cap)."""
@@ -96,7 +123,8 @@ class QuantileEstimator:
     """The estimator as a TFF EstimationProcess; `seed` an int64[2] (its noise stream).
 
     State: OrderedDict(estimate=ζₜ, noised_fraction=b̃ₜ₋₁ (NaN before the first round),
-    seed, round).
+    seed, round, search_step=sₜ (0 once the start search has ended), search_direction=the
+    last search step's sign dₜ₋₁ (0 before the first)).
     """
     seed = np.asarray(seed, np.int64)
     if seed.shape != (2,):
@@ -109,7 +137,9 @@ class QuantileEstimator:
           estimate=tf.constant(settings.initial_estimate, NORM_DTYPE),
           noised_fraction=tf.constant(np.nan, NORM_DTYPE),
           seed=tf.constant(seed, noise_lib.SEED_DTYPE),
-          round=tf.constant(0, noise_lib.ROUND_DTYPE))
+          round=tf.constant(0, noise_lib.ROUND_DTYPE),
+          search_step=tf.constant(settings.initial_search_step, NORM_DTYPE),
+          search_direction=tf.constant(0.0, NORM_DTYPE))
 
     state_type = init_state.type_signature.result
 
@@ -123,9 +153,12 @@ class QuantileEstimator:
                                     [tf.TensorSpec([], NORM_DTYPE)])[0]
       fraction = noised_fraction(centred_sum, z, settings.count_stddev,
                                  settings.expected_count)
+      estimate, search_step, direction = searched_update(
+          state["estimate"], fraction, state["search_step"], state["search_direction"],
+          settings)
       return collections.OrderedDict(
-          estimate=geometric_update(state["estimate"], fraction, settings),
-          noised_fraction=fraction, seed=state["seed"], round=state["round"] + 1)
+          estimate=estimate, noised_fraction=fraction, seed=state["seed"],
+          round=state["round"] + 1, search_step=search_step, search_direction=direction)
 
     @tff.tensorflow.computation(state_type)
     def report_estimate(state):
@@ -165,3 +198,21 @@ def geometric_update(estimate: tf.Tensor, fraction: tf.Tensor,
                 * (fraction - tf.constant(settings.target_quantile, dtype)))
   return tf.clip_by_value(estimate * step, tf.constant(settings.min_estimate, dtype),
                           tf.constant(settings.max_estimate, dtype))
+
+
+def searched_update(estimate: tf.Tensor, fraction: tf.Tensor, search_step: tf.Tensor,
+                    last_direction: tf.Tensor, settings: QuantileEstimator
+                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(ζₜ₊₁, sₜ₊₁, dₜ) of one round: the start search's step while it runs, else the
+  geometric update (module docstring). A function of the released b̃ₜ and the state only."""
+  dtype = estimate.dtype
+  direction = tf.sign(tf.constant(settings.target_quantile, dtype) - fraction)
+  reversed_ = direction * last_direction < 0
+  step = tf.where(reversed_, search_step / 2, search_step)
+  searching = step > tf.constant(settings.geometric_step_bound, dtype)
+  searched = tf.clip_by_value(estimate * tf.exp(direction * step),
+                              tf.constant(settings.min_estimate, dtype),
+                              tf.constant(settings.max_estimate, dtype))
+  return (tf.where(searching, searched, geometric_update(estimate, fraction, settings)),
+          tf.where(searching, step, tf.zeros([], dtype)),
+          tf.where(searching, direction, tf.zeros([], dtype)))

@@ -76,6 +76,11 @@ class AdaptiveClipSettings:
   clip_learning_rate: float = _setting(
       0.2, "η of the adaptive clip norm's geometric update ζ ← ζ·exp(−η(b̃ − γ))",
       privacy=True)  # Not in ε, but the released sequence: a resume keeps it.
+  clip_search_step: float = _setting(
+      2.0, "s₀: the adaptive clip norm starts with a search over log ζ (steps of ±s₀, halved "
+      "at each reversal, until no larger than the geometric update's; post-processing of the "
+      "same noised counts) so a ζ₀ far off costs a few rounds, not tens; 0: the geometric "
+      "update from the first round", privacy=True)
   clip_count_stddev: Optional[float] = _setting(
       None, "σ_b: noise std of the adaptive clip norm's count of unclipped updates; default: "
       "the one whose noise multiplier gives the count --clip_budget_share of z⁻² (of ρ for "
@@ -88,6 +93,7 @@ class AdaptiveClipSettings:
   def __post_init__(self):
     from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
     _checks.check_positive("clip_learning_rate", self.clip_learning_rate)
+    _checks.check_nonnegative("clip_search_step", self.clip_search_step)
     adaptive_clipping.check_budget_share(self.clip_budget_share)
     if self.clip_count_stddev is not None:
       _checks.check_positive("clip_count_stddev", self.clip_count_stddev)
@@ -779,7 +785,8 @@ def quantile_estimator(config: "config_lib.TrainingConfig", estimator: Any,
   return quantile.QuantileEstimator(
       initial_estimate=config.clip_norm, target_quantile=estimator.target_quantile,
       learning_rate=estimator.learning_rate, count_stddev=estimator.count_stddev,
-      expected_count=expected_count, max_step_clip_norm=max_step_clip_norm)
+      expected_count=expected_count, max_step_clip_norm=max_step_clip_norm,
+      search_step=config.mechanism_settings.clip_search_step)
 
 
 def expected_cohort(config: "config_lib.TrainingConfig", num_clients: int) -> float:

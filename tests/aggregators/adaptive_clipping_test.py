@@ -35,18 +35,21 @@ def _estimator(**kwargs) -> quantile.QuantileEstimator:
   return quantile.QuantileEstimator(**values)
 
 
-@pytest.mark.parametrize("target, distribution", [
-    (0.5, "lognormal"), (0.3, "uniform"), (0.9, "exponential")])
-def test_the_estimator_tracks_a_known_quantile(target, distribution):
+@pytest.mark.parametrize("target, distribution, search_step", [
+    (0.5, "lognormal", 0.0), (0.3, "uniform", 0.0), (0.9, "exponential", 0.0),
+    (0.3, "lognormal", 2.0)])
+def test_the_estimator_tracks_a_known_quantile(target, distribution, search_step):
   # Andrew et al., Sec. 4 / Fig. 1: m = 100 clients a round, σ_b = m / 20, η = 0.2, from an
-  # initial estimate 10× off; after their 150 steps the estimate's quantile is within ±0.05.
+  # initial estimate 10× off; after their 150 steps the estimate's quantile is within ±0.05
+  # (with and without dp_fl's start search, which hands over to the same update).
   rng = np.random.default_rng(3)
   draw = {"lognormal": lambda: rng.lognormal(0.0, 1.0, 100),
           "uniform": lambda: rng.uniform(0.0, 4.0, 100),
           "exponential": lambda: rng.exponential(2.0, 100)}[distribution]
   reference_norms = np.concatenate([draw() for _ in range(2000)])
   estimator = _estimator(initial_estimate=10.0 * float(np.median(reference_norms)),
-                         target_quantile=target, count_stddev=5.0, expected_count=100.0)
+                         target_quantile=target, count_stddev=5.0, expected_count=100.0,
+                         search_step=search_step)
   process = estimator.process(dp_ftrl.seed_pair(4))
   state = process.initialize()
   tail = []
@@ -72,6 +75,79 @@ def test_without_count_noise_it_is_the_non_private_geometric_update():
     clip = clip * np.exp(-0.5 * (fraction - 0.3))
     np.testing.assert_allclose(float(state["noised_fraction"]), fraction, rtol=1e-6)
     np.testing.assert_allclose(float(process.report(state)), clip, rtol=1e-5)
+
+
+def _reference_search(clip, fractions, target, learning_rate, search_step):
+  """The start search then the geometric update, written out in NumPy (float64): steps of ±s
+  towards γ, s halved at each reversal, the geometric update once s <= η·max(γ, 1 − γ)."""
+  bound = learning_rate * max(target, 1 - target)
+  step = search_step if search_step > bound else 0.0
+  last, clips = 0.0, []
+  for fraction in fractions:
+    direction = np.sign(target - fraction)
+    if direction * last < 0:
+      step /= 2
+    if step > bound:
+      clip *= np.exp(direction * step)
+      last = direction
+    else:
+      clip *= np.exp(-learning_rate * (fraction - target))
+      step, last = 0.0, 0.0
+    clips.append(clip)
+  return clips
+
+
+@pytest.mark.parametrize("start, search_step", [(100.0, 2.0), (0.01, 2.0), (30.0, 3.0),
+                                                (1.0, 0.4)])
+def test_without_count_noise_the_start_search_is_its_reference(start, search_step):
+  estimator = _estimator(initial_estimate=start, target_quantile=0.5, learning_rate=1.0,
+                         count_stddev=0.0, expected_count=8.0, search_step=search_step)
+  process = estimator.process(dp_ftrl.seed_pair(2))
+  state = process.initialize()
+  rng = np.random.default_rng(1)
+  clip, fractions, clips = start, [], []
+  for _ in range(14):
+    norms = rng.lognormal(0.0, 0.3, 8).astype(np.float32)
+    fractions.append(float(np.mean(norms <= np.float32(clip))))
+    state = process.next(state, list(norms))
+    clip = float(process.report(state))
+    clips.append(clip)
+    np.testing.assert_allclose(float(state["noised_fraction"]), fractions[-1], rtol=1e-6)
+  np.testing.assert_allclose(clips, _reference_search(start, fractions, 0.5, 1.0, search_step),
+                             rtol=1e-4)
+  assert float(state["search_step"]) == 0.0  # The search ended within the 14 rounds.
+
+
+@pytest.mark.parametrize("start", [100.0, 0.01])
+def test_the_start_search_reaches_the_quantile_in_a_few_rounds(start):
+  # Concentrated norms (as real updates are: docs/RESULTS.md), m = 50, σ_b = 3 (the quick
+  # jobs' counts). Without the search η = 1 moves log ζ by at most ½ a round, ln 100 / ½ ≈ 9.2
+  # rounds to cover 100× (8–9 here); with s₀ = 2 the clip norm is within 1.5× of the median (1) from
+  # round 6 on (measured: 13.5, 1.83, 0.25, 0.67, 1.83, 1.16, 0.95, ... from 100).
+  def rounds_to_settle(search_step):
+    rng = np.random.default_rng(11)
+    estimator = _estimator(initial_estimate=start, target_quantile=0.5, learning_rate=1.0,
+                           count_stddev=3.0, expected_count=50.0, search_step=search_step)
+    process = estimator.process(dp_ftrl.seed_pair(5, dp_ftrl.QUANTILE_SEED_STREAM))
+    state, within = process.initialize(), []
+    for _ in range(30):
+      state = process.next(state, list(rng.lognormal(0.0, 0.25, 50).astype(np.float32)))
+      within.append(abs(np.log(float(process.report(state)))) <= np.log(1.5))
+    outside = [t for t, ok in enumerate(within) if not ok]
+    return (outside[-1] + 2) if outside else 1
+  searched, geometric = rounds_to_settle(2.0), rounds_to_settle(0.0)
+  assert searched <= 6, searched
+  assert geometric >= 8, geometric  # Measured: 9 from 100, 8 from 0.01.
+
+
+def test_a_search_step_within_the_geometric_step_is_no_search():
+  estimator = _estimator(learning_rate=1.0, target_quantile=0.3, search_step=0.7)
+  assert estimator.geometric_step_bound == pytest.approx(0.7)
+  assert estimator.initial_search_step == 0.0
+  state = estimator.process(dp_ftrl.seed_pair(0)).initialize()
+  assert float(state["search_step"]) == 0.0
+  with pytest.raises(ValueError, match="search_step"):
+    _estimator(search_step=-1.0)
 
 
 def test_the_count_noise_has_the_stated_std_and_its_own_stream():
