@@ -431,6 +431,17 @@ class CheckedClientData(tff.simulation.datasets.ClientData):
     return tf.data.Dataset.from_tensor_slices(
         tf.constant(good, dtype=tf.string, shape=[len(good)])).map(_parse_record)
 
+  def has_bad_records(self, client_id: str) -> bool:
+    """Whether the client (checked first if it was not) has quarantined records."""
+    self.check_clients([client_id])
+    return client_id in self._quarantine.bad_positions(self._split)
+
+  @property
+  def clean_dataset_fn(self):
+    """TFF's own traceable dataset function: a client's dataset when it has no bad records
+    (`has_bad_records`), as `create_tf_dataset_for_client` gives it."""
+    return self._parsed.serializable_dataset_fn
+
   @property
   def serializable_dataset_fn(self):
     bad = self._quarantine.bad_positions(self._split)

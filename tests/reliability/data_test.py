@@ -180,6 +180,56 @@ def test_clean_clients_get_tffs_batches_bitwise(corpus_dir, vocab):
   assert checked.quarantine.num_quarantined() == 0
 
 
+def test_lazy_clients_trace_the_preprocessing_once_and_quarantine_as_before(
+    corpus_dir, vocab, tmp_path):
+  # Issue #43: the per-client preprocessing is one function of the client id, traced once
+  # (TFF's PreprocessClientData traces it again for every client); a client with bad records
+  # still gets exactly the batches of its good records.
+  client_id = _a_client(corpus_dir)
+  rows = _rows(corpus_dir, client_id)
+  bad = {rows[2][0]: _BAD_RECORDS["garbage"][0]}
+  directory, _ = _damaged_copy(corpus_dir, tmp_path, bad)
+  train, _, _ = database.load_client_data(directory)
+  raw, _, _ = tff.simulation.datasets.stackoverflow.load_data(cache_dir=corpus_dir)
+  preprocess_fn = preprocessing._preprocess_fn(vocab, 3, None, 1, 20, 1)  # pylint: disable=protected-access
+  calls = []
+
+  def counted(dataset):
+    calls.append(1)
+    return preprocess_fn(dataset)
+
+  traced = preprocessing.TracedTrainClientData(train, counted)
+  clean = [c for c in train.client_ids[:6] if c != client_id]
+  for c in clean + clean:
+    expected = _batches(preprocess_fn(raw.create_tf_dataset_for_client(c)))
+    got = _batches(traced.create_tf_dataset_for_client(c))
+    assert len(got) == len(expected) > 0
+    for (x, y), (ex, ey) in zip(got, expected):
+      assert np.array_equal(x, ex) and np.array_equal(y, ey)
+  assert len(calls) == 1  # Traced once for all clean clients.
+  kept = tf.data.Dataset.from_tensor_slices(
+      [blob for rowid, blob in rows if rowid not in bad]).map(
+          database._parse_record)  # pylint: disable=protected-access
+  expected = _batches(preprocess_fn(kept))
+  got = _batches(traced.create_tf_dataset_for_client(client_id))
+  assert [x.tolist() for x, _ in got] == [x.tolist() for x, _ in expected]
+  assert train.quarantine.summary()["records_quarantined"] == {"train": 1}
+  assert traced.element_type_structure == preprocess_fn(
+      raw.create_tf_dataset_for_client(clean[0])).element_spec
+  with pytest.raises(ValueError, match="'nobody' is not a client of split 'train'"):
+    traced.create_tf_dataset_for_client("nobody")
+  # What a remote worker receives: a graph of the query and the vocabulary, whose size does
+  # not grow with the client's records (it reads them from its own copy of the file).
+  sizes = {len(_rows(directory, c)): len(tf.raw_ops.DatasetToGraphV2(
+      input_dataset=tf.data.experimental.to_variant(traced.create_tf_dataset_for_client(c)),
+      external_state_policy=2).numpy()) for c in clean}
+  assert len(sizes) > 1 and max(sizes.values()) - min(sizes.values()) < 64, sizes
+  # TFF's traceable form (a dataset_computation) gives the same batches.
+  computation = tff.tensorflow.computation(traced.serializable_dataset_fn, tf.string)
+  assert [x.tolist() for x, _ in _batches(computation(clean[0]))] == [
+      x.tolist() for x, _ in _batches(traced.create_tf_dataset_for_client(clean[0]))]
+
+
 def test_unknown_client_is_a_value_error_naming_it(corpus_dir):
   train, _, _ = database.load_client_data(corpus_dir)
   with pytest.raises(ValueError, match="'nobody' is not a client of split 'train'"):
