@@ -341,3 +341,46 @@ def check_rounds_limit(flag: str, rounds: int) -> int:
     raise ValueError(f"--{flag}={rounds} exceeds {MAX_ROUNDS} (2**31 - 1), the most rounds "
                      "the participation ledger records; lower it.")
   return rounds
+
+
+# A client's local training: per client call `CLIENT_SECONDS`, and `SECONDS_PER_TOKEN_PARAMETER`
+# per token and model parameter (forward, backward, update). Read off docs/BENCHMARKS.md
+# ("Training: one round on the 4.05M-parameter LSTM"): 15.3 s for 10 clients of 16 batches of
+# 16 sentences of 21 tokens → 1.53 s a client = 5376 tokens × 4.05M parameters × 7.0e-11 s;
+# the quick StackOverflow job (50 clients of 672 tokens, 365k parameters) predicts 1.9 s a
+# round against ≈ 2 s measured.
+CLIENT_SECONDS = 0.02
+SECONDS_PER_TOKEN_PARAMETER = 7.0e-11
+# An evaluation scores its tokens forward only: 0.3 of a trained token's cost (read off the
+# paper-scale benchmark, docs/BENCHMARKS.md: 100 held-out clients, 766k tokens, 529 s beside
+# 7.1 s a training client of 2,940 tokens, both on the same loaded machine).
+EVAL_COST_FRACTION = 0.3
+
+
+def training_job_estimate(rounds: int, clients_per_round: int, dimension: int,
+                          client_tokens: float, client_epochs: int = 1, hosts: int = 1,
+                          eval_tokens: Optional[float] = None,
+                          evaluations: int = 0) -> Estimate:
+  """The wall time of a training job on this machine: `rounds` of `clients_per_round`
+  clients, each training `client_epochs` passes over `client_tokens` tokens of a model of
+  `dimension` parameters (their work split over `hosts` machines), and `evaluations`
+  evaluations of `eval_tokens` tokens each, run here (≈ 5 % of paper 004's Table 3 job: 21
+  evaluations of 10,000 held-out clients beside 2052 rounds of 1000 clients). Accounting and
+  checkpoints are small beside them at the presets' cadence (docs/BENCHMARKS.md)."""
+  per_client = CLIENT_SECONDS + (client_epochs * client_tokens * dimension
+                                 * SECONDS_PER_TOKEN_PARAMETER)
+  training = rounds * clients_per_round * per_client / max(1, hosts)
+  evaluation, note = 0.0, ""
+  if eval_tokens and evaluations:
+    per_evaluation = eval_tokens * dimension * SECONDS_PER_TOKEN_PARAMETER * EVAL_COST_FRACTION
+    evaluation = evaluations * per_evaluation
+    note = (f" + {evaluations} evaluations of {eval_tokens:,.0f} tokens "
+            f"({format_seconds(per_evaluation)} each)")
+  return Estimate(
+      f"training {rounds} rounds of {clients_per_round} clients "
+      f"({format_seconds(training / rounds)} a round"
+      + (f" over {hosts} hosts" if hosts > 1 else "") + ")"
+      + (f" and evaluating {evaluations} times" if evaluation else ""),
+      0.0, training + evaluation,
+      f"~{per_client:.3g} s a client: {CLIENT_SECONDS:g} s + {client_tokens:g} tokens × "
+      f"{dimension:,} parameters × {SECONDS_PER_TOKEN_PARAMETER:g} s" + note)

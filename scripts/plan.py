@@ -68,10 +68,15 @@ def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
                                    ("delta", 1e-100, 0.1, False),
                                    ("noise_multiplier", 1e-3, 1e6, False),
                                    ("target_epsilon", 1e-3, 700.0, False),
-                                   ("bandmf_max_seconds", 1e-3, 1e7, False)):
+                                   ("bandmf_max_seconds", 1e-3, 1e7, False),
+                                   ("client_tokens", 1, 1e12, False)):
     value = getattr(args, flag)
     if value is not None:
       _checks.check_in_range(f"--{flag}", value, low, high, integer=integer)
+  if args.client_tokens is not None and args.model_dimension is None:
+    raise ValueError(f"--client_tokens={args.client_tokens:g} estimates the job's time only "
+                     "with --model_dimension (the model's parameters, e.g. 4050748 for "
+                     "paper 004's LSTM); add it, or drop --client_tokens.")
   if args.report_goal > args.population:
     raise ValueError(f"--report_goal={args.report_goal} exceeds --population="
                      f"{args.population}: a round cannot take more devices than exist.")
@@ -96,7 +101,8 @@ def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
       noise_multiplier=args.noise_multiplier, target_epsilon=args.target_epsilon,
       mechanisms=_mechanisms(args.mechanisms), buffers=args.buffers, trials=args.trials,
       robustness=robustness, bandmf_max_seconds=args.bandmf_max_seconds,
-      compare=args.compare or "rms_noise", model_dimension=args.model_dimension)
+      compare=args.compare or "rms_noise", model_dimension=args.model_dimension,
+      client_tokens=args.client_tokens)
 
 
 def plan_data(plan: plan_lib.Plan, params: Optional[dict[str, str]]) -> dict:
@@ -152,6 +158,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--model_dimension", type=int, default=None,
                       help="d, the model's parameters: also state each mechanism's noise "
                            "against the clipped signal and warn when it is beyond what learns")
+  parser.add_argument("--client_tokens", type=float, default=None,
+                      help="tokens one client trains on a round (StackOverflow: sentences × "
+                           "21); with --model_dimension: the job's training time on this "
+                           "machine, as the training binaries estimate it")
   parser.add_argument("--trials", type=int, default=5, help="emulation trials")
   parser.add_argument("--robustness", default=",".join(map(str, plan_lib.DEFAULT_ROBUSTNESS)),
                       help="fractions f: also report ε and losses at min-sep ⌊f·b⌋")

@@ -93,12 +93,18 @@ class PlanSettings:
   bandmf_max_seconds: float = 120.0
   compare: str = "rms_noise"
   model_dimension: Optional[int] = None  # d: with it, the noise guard's ratios (issue #42).
+  client_tokens: Optional[float] = None  # With d: the job's training time (issue #43).
 
   def __post_init__(self):
     _checks.check_positive_int("population", self.population)
     _checks.check_positive_int("report_goal", self.report_goal)
     if self.model_dimension is not None:
       _checks.check_positive_int("model_dimension", self.model_dimension)
+    if self.client_tokens is not None:
+      _checks.check_positive("client_tokens", self.client_tokens)
+      if self.model_dimension is None:
+        raise ValueError(f"`client_tokens`={self.client_tokens!r} estimates the job's time "
+                         "only with `model_dimension` (d, the model's parameters); give both.")
     if self.report_goal > self.population:
       raise ValueError(f"`report_goal`={self.report_goal} exceeds `population`="
                        f"{self.population}; a round cannot take more devices than exist.")
@@ -379,6 +385,16 @@ class Plan:
             "runs learned clearly)")
     return out
 
+  def job_estimate(self) -> Optional[resources.Estimate]:
+    """The training job's wall time on this machine, as the training binaries estimate it
+    before they start (`budget.job_estimate`: rounds × report goal × the cost of a client of
+    `client_tokens` tokens on a model of `model_dimension` parameters); None without them."""
+    s = self.settings
+    if s.client_tokens is None:
+      return None
+    return resources.training_job_estimate(s.rounds, s.report_goal, s.model_dimension,
+                                           s.client_tokens)
+
   def to_dict(self) -> dict[str, Any]:
     settings = dataclasses.asdict(self.settings)
     settings["mechanisms"] = list(self.settings.mechanisms)
@@ -388,7 +404,14 @@ class Plan:
         "mechanisms": [m.to_dict() for m in self.mechanisms],
         "skipped": [{"mechanism": n, "why": why} for n, why in self.skipped],
         "sigma_rule": self.sigma_rule(), "warnings": self.warnings(), "scope": SCOPE,
+        "job_estimate": _estimate_dict(self.job_estimate()),
     }
+
+
+def _estimate_dict(estimate: Optional[resources.Estimate]) -> Optional[dict[str, Any]]:
+  if estimate is None:
+    return None
+  return {"what": estimate.what, "seconds": estimate.seconds, "basis": estimate.basis}
 
 
 SCOPE = (
@@ -569,6 +592,11 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
       lines.append(f"  {m.name:<10} " + ("no streaming noise" if r is None else
                    f"one round's noise {r.round_noise:.3g}× ζ; summed updates' noise "
                    f"{r.prefix_noise:.3g}× their largest signal nζ"))
+  job = plan.job_estimate()
+  if job is not None:
+    lines += ["", f"Job time on this machine (as the training binaries estimate it; "
+              f"--time_budget_hours refuses more): {resources.format_seconds(job.seconds)} — "
+              f"{job.what}; {job.basis}"]
   lines += ["", "Robustness (paper 004 Fig. 6): if the realized min-sep comes out lower, at the "
             "same σ:"]
   for m in plan.mechanisms:

@@ -226,36 +226,26 @@ def check_worker_cohort(config: Any, dimension: int,
       + (f" (at most {fits} fit)" if fits >= 1 else "") + ".")
 
 
-# A client's local training: per client call `CLIENT_SECONDS`, and `SECONDS_PER_TOKEN_PARAMETER`
-# per token and model parameter (forward, backward, update). Read off docs/BENCHMARKS.md
-# ("Training: one round on the 4.05M-parameter LSTM"): 15.3 s for 10 clients of 16 batches of
-# 16 sentences of 21 tokens → 1.53 s a client = 5376 tokens × 4.05M parameters × 7.0e-11 s;
-# the quick StackOverflow job (50 clients of 672 tokens, 365k parameters) predicts 1.9 s a
-# round against ≈ 2 s measured.
-CLIENT_SECONDS = 0.02
-SECONDS_PER_TOKEN_PARAMETER = 7.0e-11
+def evaluations(config: Any) -> int:
+  """How many evaluations a job of `config` runs: every `eval_every` rounds and at the end."""
+  return -(-config.rounds // config.eval_every)
 
 
-def job_estimate(config: Any, dimension: int, client_tokens: float,
-                 hosts: int = 1) -> resources.Estimate:
-  """The training rounds' wall time on this machine (the clients' work split over `hosts`
-  machines with `--workers`); evaluation, accounting and checkpoints are small beside it at
-  the presets' cadence."""
-  per_client = CLIENT_SECONDS + (config.client_epochs * client_tokens * dimension
-                                 * SECONDS_PER_TOKEN_PARAMETER)
-  seconds = config.rounds * config.clients_per_round * per_client / max(1, hosts)
-  return resources.Estimate(
-      f"training {config.rounds} rounds of {config.clients_per_round} clients "
-      f"({resources.format_seconds(seconds / config.rounds)} a round"
-      + (f" over {hosts} hosts" if hosts > 1 else "") + ")",
-      0.0, seconds,
-      f"~{per_client:.3g} s a client: {CLIENT_SECONDS:g} s + {client_tokens:g} tokens × "
-      f"{dimension:,} parameters × {SECONDS_PER_TOKEN_PARAMETER:g} s")
+def job_estimate(config: Any, dimension: int, client_tokens: float, hosts: int = 1,
+                 eval_tokens: Optional[float] = None) -> resources.Estimate:
+  """The job's wall time on this machine (`resources.training_job_estimate`): its rounds,
+  the clients' work split over `hosts` machines with `--workers`, and, given `eval_tokens`
+  (the tokens one evaluation scores), its evaluations."""
+  return resources.training_job_estimate(
+      config.rounds, config.clients_per_round, dimension, client_tokens,
+      client_epochs=config.client_epochs, hosts=hosts, eval_tokens=eval_tokens,
+      evaluations=evaluations(config) if eval_tokens else 0)
 
 
 def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
                    hosts: int = 1, seconds: Optional[float] = None,
-                   announce: bool = True) -> Optional[resources.Estimate]:
+                   announce: bool = True, eval_tokens: Optional[float] = None
+                   ) -> Optional[resources.Estimate]:
   """Refuses, before anything is written, a job whose rounds would take longer than
   `--time_budget_hours`, naming --rounds (and the rounds that fit); with `announce`, states
   a long one's estimate on stderr (`resources.require`). None when the task gives no
@@ -263,7 +253,7 @@ def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
   if client_tokens is None:
     return None
   limit = resources.time_budget() if seconds is None else seconds
-  estimate = job_estimate(config, dimension, client_tokens, hosts)
+  estimate = job_estimate(config, dimension, client_tokens, hosts, eval_tokens)
   fits = None
   if estimate.seconds > limit:
     fits = int(limit / (estimate.seconds / config.rounds))

@@ -837,9 +837,11 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
 ADAPTIVE_VARIANT = "+adaptive"
 """A compared row `<mechanism>+adaptive`: the mechanism with adaptive clipping from its tuned
 ζ (Andrew et al. 2021), at `ADAPTIVE_SETTINGS` unless the user's flags set them."""
-ADAPTIVE_SETTINGS = {"target_unclipped_quantile": 0.5, "clip_learning_rate": 1.0}
-"""γ = 0.5 (Andrew et al.'s median) and η = 1: the quick jobs' 60–100 rounds leave no room for
-their η = 0.2, which needs ~45 rounds to move ζ by 100× (docs/RESULTS.md)."""
+ADAPTIVE_SETTINGS = {"target_unclipped_quantile": 0.5}
+"""γ = 0.5 (Andrew et al.'s median) with their η = 0.2 after the start search (the
+`clip_search_step` default), which brackets a ζ₀ 100× off in a few rounds. A larger η (1) made
+ζ swing ×1.6 between rounds, which breaks the cancellation of correlated noise (BLT, BandMF):
+their adaptive runs lost to the tuned ζ (docs/RESULTS.md)."""
 
 
 def variant(label: str) -> tuple[str, dict[str, Any]]:

@@ -8,6 +8,7 @@ format) and model.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 
@@ -48,6 +49,8 @@ class Task:
     client_tokens: optional; at most how many tokens (examples × their length) one client
       trains on per local epoch, for the whole job's time estimate
       (`budget.check_job_time`; None: no estimate).
+    eval_tokens: optional; the tokens one evaluation scores (its sentences × their padded
+      length), for the same estimate (None: evaluations left out of it).
     worker_checks: optional; returns the `remote_workers.WorkerCheck`s a remote worker
       (`--workers`) must pass before it trains this task's clients — e.g. that the database
       its clients' datasets read from the worker's own disk is this process's (the
@@ -67,6 +70,7 @@ class Task:
   validation_baseline_metrics: Optional[Mapping[str, float]] = None
   headline_metric: str = "accuracy"
   client_tokens: Optional[float] = None
+  eval_tokens: Optional[float] = None
   worker_checks: Optional[Callable[[], Sequence[Any]]] = None
 
   def __post_init__(self):
@@ -81,6 +85,11 @@ class Task:
     for name in ("eval_dataset_fn", "keras_model_fn", "loss_fn", "metrics_fn"):
       if not callable(getattr(self, name)):
         raise ValueError(f"`{name}` must be callable; got {getattr(self, name)!r}.")
+    for name in ("client_tokens", "eval_tokens"):
+      value = getattr(self, name)
+      if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                    and value >= 0):
+        raise ValueError(f"`{name}` must be a finite count >= 0 or None; got {value!r}.")
     if self.validation_dataset_fn is not None and not callable(self.validation_dataset_fn):
       raise ValueError("`validation_dataset_fn` must be callable or None; got "
                        f"{self.validation_dataset_fn!r}.")

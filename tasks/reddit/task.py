@@ -221,6 +221,7 @@ def make_task(settings: RedditSettings) -> task_lib.Task:
       validation_dataset_fn=validation_fn,
       headline_metric=METRIC_NAME,
       client_tokens=float(settings.tokens_per_user),
+      eval_tokens=float(eval_x.size),
       description=(f"Reddit next-word prediction ({source}; vocabulary "
                    f"{len(prepared.vocab)} of {settings.vocab_size} + UNK/BOS/EOS/pad, LSTM {settings.lstm_size}, "
                    f"{len(train)} train users of {settings.tokens_per_user} tokens, "

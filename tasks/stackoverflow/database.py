@@ -556,6 +556,16 @@ def check_database(data_dir: str) -> dict[str, dict[str, int]]:
   return summary
 
 
+def client_sizes(data_dir: str, split: str) -> dict[str, int]:
+  """Client id -> `num_examples` of `split`, from the file's `client_metadata` (one indexed
+  read, no records)."""
+  path = database_path(data_dir)
+  with contextlib.closing(_connect_read_only(path)) as connection:
+    return dict(connection.execute(
+        "SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?;",
+        (split,)).fetchall())
+
+
 def _check_clients(path: str, metadata: list[tuple[Any, Any, Any]],
                    row_counts: Mapping[tuple[Any, Any], int]) -> dict[str, dict[str, int]]:
   """Split names, empty clients and metadata/rows consistency."""

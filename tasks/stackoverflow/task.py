@@ -130,6 +130,15 @@ def _worker_checks(path: str) -> tuple:
   return (sql_client_data.worker_check(path, "the StackOverflow database"),)
 
 
+def _eval_tokens(directory: str, eval_ids: list[str], settings: StackOverflowSettings) -> float:
+  """The padded tokens one evaluation scores: the sample's sentences (capped at
+  `eval_max_elements_per_client`) × (sequence_length + 1), from the file's metadata."""
+  sizes = database.client_sizes(directory, "heldout")
+  cap = settings.eval_max_elements_per_client
+  sentences = sum(min(sizes.get(c, 0), cap) if cap else sizes.get(c, 0) for c in eval_ids)
+  return float(sentences * (settings.sequence_length + 1))
+
+
 def make_task(settings: StackOverflowSettings) -> task_lib.Task:
   """The task: train clients, held-out evaluation data, model, loss, metrics, baseline."""
   directory = data_directory(settings)
@@ -177,6 +186,7 @@ def make_task(settings: StackOverflowSettings) -> task_lib.Task:
       loss_fn=model.loss_fn,
       metrics_fn=functools.partial(model.metrics_fn, vocab_size, settings.num_oov_buckets),
       client_tokens=float(settings.max_elements_per_client * (settings.sequence_length + 1)),
+      eval_tokens=_eval_tokens(directory, eval_ids, settings),
       baseline_metrics={f"unigram_{k}": v for k, v in baseline.items()},
       data_quality=train.quarantine.summary,
       validation_dataset_fn=validation_fn,

@@ -173,6 +173,8 @@ def test_bandmf_is_skipped_with_the_reason_when_too_slow():
     (["--robustness=0"], "--robustness"),
     (["--out_dir="], "--out_dir"),
     (["--rounds=0"], "--rounds"),
+    (["--client_tokens=5376"], "--model_dimension"),
+    (["--client_tokens=0", "--model_dimension=10"], "--client_tokens"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(capsys, flags, named):
   base = {k: v for k, v in PT_BR_LIKE.items()}
@@ -231,10 +233,6 @@ def test_unwritable_out_dir_is_refused_before_work(capsys, tmp_path):
   assert code == 2 and "--out_dir" in capsys.readouterr().err
 
 
-if __name__ == "__main__":
-  raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 def test_model_dimension_states_the_noise_against_the_signal_and_warns():
   base = dict(population=358, report_goal=20, rounds=100, timer_hours=2.4, round_hours=0.2,
               delta=1e-5, trials=1, mechanisms=("blt", "dpsgd"), target_epsilon=8.0)
@@ -254,3 +252,24 @@ def test_model_dimension_states_the_noise_against_the_signal_and_warns():
       warnings_[0])
   assert "Noise against signal" in plan_lib.format_table(plan)
   assert plan.to_dict()["mechanisms"][0]["signal_to_noise"]["prefix_noise"] > 1
+
+
+def test_the_job_time_is_the_training_binaries_estimate(capsys):
+  # Paper 004's Table 3 job (2052 rounds of 1000 clients of 256 × 21 tokens on the
+  # 4,050,748-parameter LSTM): the same ≈ 36 days `budget.check_job_time` refuses with.
+  flags = ["--population=342477", "--report_goal=1000", "--rounds=2052", "--timer_hours=342",
+           "--noise_multiplier=1", "--mechanisms=blt", "--trials=1", "--model_dimension=4050748",
+           "--client_tokens=5376", "--format=json"]
+  assert plan_script.main(flags) == 0
+  job = json.loads(capsys.readouterr().out)["job_estimate"]
+  expected = 2052 * 1000 * (0.02 + 5376 * 4050748 * 7e-11)
+  assert job["seconds"] == pytest.approx(expected)
+  assert 30 < job["seconds"] / 86400 < 45 and "2052 rounds of 1000 clients" in job["what"]
+  assert plan_script.main(flags[:-1]) == 0
+  assert "Job time on this machine" in capsys.readouterr().out
+  assert plan_script.main(flags[:-3]) == 0  # Without the client's size: no estimate.
+  assert "Job time" not in capsys.readouterr().out
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

@@ -157,5 +157,24 @@ def test_the_whole_job_is_estimated_and_refused_naming_rounds(tmp_path):
   assert budget.check_job_time(config, _PAPER_D, None) is None  # No model of the client.
 
 
+def test_the_job_estimate_counts_its_evaluations(tmp_path):
+  # The preset's 10,000 held-out clients (≈ 426 sentences of 21 tokens each in TFF's file)
+  # every 100 rounds and at the end: 21 evaluations, forward only (0.3 of a trained token).
+  config = registry.make_config(task="t", root_dir=str(tmp_path), rounds=2052,
+                                clients_per_round=1000, mechanism="blt", min_sep=342,
+                                eval_every=100)
+  assert budget.evaluations(config) == 21
+  eval_tokens = 10_000 * 426 * 21
+  training = budget.job_estimate(config, _PAPER_D, 256 * 21)
+  whole = budget.job_estimate(config, _PAPER_D, 256 * 21, eval_tokens=eval_tokens)
+  per_evaluation = eval_tokens * _PAPER_D * 7e-11 * 0.3
+  assert whole.seconds - training.seconds == pytest.approx(21 * per_evaluation)
+  assert 0.03 < (whole.seconds - training.seconds) / whole.seconds < 0.08
+  assert "evaluating 21 times" in whole.what and "21 evaluations" in whole.basis
+  # Split over hosts, the clients' work divides; the evaluations (run here) do not.
+  hosts = budget.job_estimate(config, _PAPER_D, 256 * 21, hosts=10, eval_tokens=eval_tokens)
+  assert hosts.seconds == pytest.approx(training.seconds / 10 + 21 * per_evaluation)
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))

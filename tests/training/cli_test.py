@@ -26,7 +26,8 @@ _FLAG_DEFAULTS = {
     "target_epsilon": None, "on_nonfinite": "stop", "jit_compile": False,
     "runtime": "tff_worker", "device": "auto", "workers": None, "audit_canaries": 0,
     "audit_strict": False, "noise_guard": "warn", "target_unclipped_quantile": None,
-    "clip_learning_rate": 0.2, "clip_count_stddev": None, "clip_budget_share": 0.1,
+    "clip_learning_rate": 0.2, "clip_search_step": 2.0, "clip_count_stddev": None,
+    "clip_budget_share": 0.1,
     "worker_timeout_seconds": 600.0, "worker_tls_ca_cert": None,
     "worker_tls_client_cert": None, "worker_tls_client_key": None}
 

@@ -172,7 +172,7 @@ def test_a_legacy_run_directory_passes_the_resume_check(tmp_path):
   assert json.loads((tmp_path / config_lib.CONFIG_FILE).read_text())["mechanism_settings"] == {
       "blt_buffers": 4, "max_participations": None, "mechanism_params": None,
       # Issue #42's settings, at the defaults a legacy run had (a fixed clip norm).
-      "target_unclipped_quantile": None, "clip_learning_rate": 0.2,
+      "target_unclipped_quantile": None, "clip_learning_rate": 0.2, "clip_search_step": 2.0,
       "clip_count_stddev": None, "clip_budget_share": 0.1}
   with pytest.raises(ValueError, match=r"blt_buffers: 4 -> 2"):
     _save_or_check(config.replace(blt_buffers=2))

@@ -51,7 +51,7 @@ def test_every_entry_declares_its_settings():
     kinds.setdefault(kind, []).append(name)
     assert "help" in field.metadata, name
   assert kinds["mechanism"] == ["target_unclipped_quantile", "clip_learning_rate",
-                                "clip_count_stddev", "clip_budget_share", "mechanism_params",
+                                "clip_search_step", "clip_count_stddev", "clip_budget_share", "mechanism_params",
                                 "max_participations", "blt_buffers", "bands", "cpsgd_levels",
                                 "cpsgd_trials", "cpsgd_p", "cpsgd_x_max"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
@@ -268,6 +268,20 @@ def test_each_entry_charges_the_counts_under_its_adjacency(tmp_path):
       (1.5 ** -2 + 6.0 ** -2) ** -0.5)
   assert registry.mechanism("blt").clip_estimator(
       _config(tmp_path, mechanism="blt", participation="min_sep_rounds", min_sep=2), 10) is None
+
+
+def test_the_start_search_is_a_setting_of_the_adaptive_clip_norm(tmp_path):
+  with pytest.raises(ValueError, match="--clip_search_step=1.0.*target_unclipped_quantile"):
+    _config(tmp_path, clip_search_step=1.0)
+  with pytest.raises(ValueError, match="clip_search_step"):
+    _config(tmp_path, target_unclipped_quantile=0.5, clip_search_step=-1.0)
+  for given, expected in ((None, 2.0), (0.0, 0.0), (3.0, 3.0)):
+    extra = {} if given is None else {"clip_search_step": given}
+    config = _config(tmp_path, mechanism="blt", participation="min_sep_rounds", min_sep=2,
+                     target_unclipped_quantile=0.5, clip_count_stddev=3.0, **extra)
+    estimator = registry.quantile_estimator(
+        config, registry.mechanism("blt").clip_estimator(config, 10), 2.0)
+    assert estimator.search_step == expected and estimator.learning_rate == 0.2
 
 
 @pytest.mark.parametrize("mechanism, extra", [
