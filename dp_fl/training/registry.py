@@ -839,9 +839,9 @@ ADAPTIVE_VARIANT = "+adaptive"
 ζ (Andrew et al. 2021), at `ADAPTIVE_SETTINGS` unless the user's flags set them."""
 ADAPTIVE_SETTINGS = {"target_unclipped_quantile": 0.5}
 """γ = 0.5 (Andrew et al.'s median) with their η = 0.2 after the start search (the
-`clip_search_step` default), which brackets a ζ₀ 100× off in a few rounds. A larger η (1) made
-ζ swing ×1.6 between rounds, which breaks the cancellation of correlated noise (BLT, BandMF):
-their adaptive runs lost to the tuned ζ (docs/RESULTS.md)."""
+`clip_search_step` default), which brackets a ζ₀ 100× off in a few rounds. With η = 1 (what
+these rows used before the search existed) ζ swung ×1.6 between rounds and the adaptive BLT
+and BandMF runs lost to the tuned ζ on the StackOverflow quick job (docs/RESULTS.md)."""
 
 
 def variant(label: str) -> tuple[str, dict[str, Any]]:
