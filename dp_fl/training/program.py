@@ -176,7 +176,7 @@ def check_job_time(task: task_lib.Task, config: config_lib.TrainingConfig,
   return budget.check_job_time(
       config, model_dimension(task) if dimension is None else dimension, task.client_tokens,
       hosts=len(runtime_lib.parse_workers(workers)) if workers else 1, announce=announce,
-      eval_tokens=task.eval_tokens)
+      eval_tokens=getattr(task, "eval_tokens", None))  # Task-like objects may lack it.
 
 
 def worker_checks(task: task_lib.Task, config: config_lib.TrainingConfig) -> tuple[Any, ...]:
