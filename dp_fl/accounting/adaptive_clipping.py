@@ -39,6 +39,10 @@ ZERO_OUT = "zero_out"
 ADD_REMOVE = "add_remove"
 COUNT_SENSITIVITY = {ZERO_OUT: 1.0, ADD_REMOVE: 0.5}
 """The centred count's sensitivity under each adjacency (module docstring)."""
+# The largest start-search step of the estimator (`dp_fl/aggregators/quantile.py`): ×e¹⁰
+# (22,026) a round; beyond it the search only bounces between the ends of the clip norm's
+# range (ln(1e16) ≈ 37) while it halves. Post-processing either way: no ε.
+MAX_SEARCH_STEP = 10.0
 
 DEFAULT_BUDGET_SHARE = 0.1
 """The estimator's default share of the privacy budget (of ρ, or of z⁻² under Poisson): Andrew

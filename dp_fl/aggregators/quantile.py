@@ -50,6 +50,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from dp_fl import _checks
+from dp_fl.accounting import adaptive_clipping
 from dp_fl.aggregators import noise as noise_lib
 
 NORM_DTYPE = np.float32  # What TFF's clipping factory passes to a norm process.
@@ -99,7 +100,9 @@ class QuantileEstimator:
                            self.max_estimate, why="the clip norm must stay representable")
     if self.max_step_clip_norm is not None:
       _checks.check_positive("max_step_clip_norm", self.max_step_clip_norm)
-    _checks.check_nonnegative("search_step", self.search_step)
+    _checks.check_in_range("search_step", self.search_step, 0.0,
+                           adaptive_clipping.MAX_SEARCH_STEP,
+                           why="a log-step of the clip norm; 0 for no start search")
 
   @property
   def geometric_step_bound(self) -> float:

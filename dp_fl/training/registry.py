@@ -93,7 +93,9 @@ class AdaptiveClipSettings:
   def __post_init__(self):
     from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
     _checks.check_positive("clip_learning_rate", self.clip_learning_rate)
-    _checks.check_nonnegative("clip_search_step", self.clip_search_step)
+    _checks.check_in_range("clip_search_step", self.clip_search_step, 0.0,
+                           adaptive_clipping.MAX_SEARCH_STEP,
+                           why="a log-step of the clip norm, e.g. 2; 0 for no start search")
     adaptive_clipping.check_budget_share(self.clip_budget_share)
     if self.clip_count_stddev is not None:
       _checks.check_positive("clip_count_stddev", self.clip_count_stddev)

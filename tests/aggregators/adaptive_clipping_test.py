@@ -146,8 +146,9 @@ def test_a_search_step_within_the_geometric_step_is_no_search():
   assert estimator.initial_search_step == 0.0
   state = estimator.process(dp_ftrl.seed_pair(0)).initialize()
   assert float(state["search_step"]) == 0.0
-  with pytest.raises(ValueError, match="search_step"):
-    _estimator(search_step=-1.0)
+  for bad in (-1.0, 1e9, float("inf")):
+    with pytest.raises(ValueError, match="search_step"):
+      _estimator(search_step=bad)
 
 
 def test_the_count_noise_has_the_stated_std_and_its_own_stream():

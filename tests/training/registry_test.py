@@ -273,8 +273,9 @@ def test_each_entry_charges_the_counts_under_its_adjacency(tmp_path):
 def test_the_start_search_is_a_setting_of_the_adaptive_clip_norm(tmp_path):
   with pytest.raises(ValueError, match="--clip_search_step=1.0.*target_unclipped_quantile"):
     _config(tmp_path, clip_search_step=1.0)
-  with pytest.raises(ValueError, match="clip_search_step"):
-    _config(tmp_path, target_unclipped_quantile=0.5, clip_search_step=-1.0)
+  for bad in (-1.0, 11.0, float("nan")):
+    with pytest.raises(ValueError, match="clip_search_step"):
+      _config(tmp_path, target_unclipped_quantile=0.5, clip_search_step=bad)
   for given, expected in ((None, 2.0), (0.0, 0.0), (3.0, 3.0)):
     extra = {} if given is None else {"clip_search_step": given}
     config = _config(tmp_path, mechanism="blt", participation="min_sep_rounds", min_sep=2,
