@@ -494,7 +494,11 @@ def _restore_state(restored: checkpoints_lib.Checkpoint, template: Any) -> Any:
       np.shape(a) != np.shape(b) or np.asarray(a).dtype != b.dtype
       for a, b in zip(flat_template, restored.arrays)):
     raise ValueError(f"The checkpoint {restored.path} does not fit this task's model and "
-                     "aggregator; it belongs to another configuration.")
+                     f"aggregator ({len(restored.arrays)} arrays saved, {len(flat_template)} "
+                     "expected, or other shapes): it belongs to another configuration, or to "
+                     "an earlier dp_fl whose state had another layout (e.g. adaptive clipping "
+                     "before its start search, --clip_search_step). Resume it with the version "
+                     "that wrote it, or start a new run in another --root_dir.")
   return tf.nest.pack_sequence_as(template, restored.arrays)
 
 

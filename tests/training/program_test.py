@@ -115,6 +115,22 @@ def test_a_run_directory_of_the_previous_version_resumes_bitwise(tmp_path):
     assert json.load(f)["mechanism_settings"]["blt_buffers"] == 2  # Saved in the new layout.
 
 
+def test_a_checkpoint_of_another_layout_is_refused_naming_what_differs():
+  # E.g. an adaptive run written before the start search: its estimator state lacks two
+  # arrays. Refused before anything runs, saying so and what to do.
+  template = {"model": np.zeros((2, 3), np.float32), "estimate": np.float32(1.0),
+              "search_step": np.float32(2.0), "search_direction": np.float32(0.0)}
+  saved = checkpoints_lib.Checkpoint(3, [np.zeros(1, np.float32), np.zeros((2, 3), np.float32)],
+                                     {}, {}, "/runs/x/checkpoints/ckpt-00000003")
+  with pytest.raises(ValueError, match=r"ckpt-00000003 does not fit .*2 arrays saved, 4 "
+                     r"expected.*earlier dp_fl.*--clip_search_step.*another --root_dir"):
+    program._restore_state(saved, template)  # pylint: disable=protected-access
+  restored = program._restore_state(  # pylint: disable=protected-access
+      checkpoints_lib.Checkpoint(3, [np.float32(1.0), np.ones((2, 3), np.float32),
+                                     np.float32(0.0), np.float32(2.0)], {}, {}, "p"), template)
+  assert np.array_equal(restored["model"], np.ones((2, 3), np.float32))
+
+
 def test_sigkill_then_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path):
   rounds = 10
   uninterrupted = tmp_path / "uninterrupted"
