@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import sys
 import tempfile
@@ -367,6 +368,10 @@ def training_job_estimate(rounds: int, clients_per_round: int, dimension: int,
   evaluations of `eval_tokens` tokens each, run here (≈ 5 % of paper 004's Table 3 job: 21
   evaluations of 10,000 held-out clients beside 2052 rounds of 1000 clients). Accounting and
   checkpoints are small beside them at the presets' cadence (docs/BENCHMARKS.md)."""
+  for name, value in (("rounds", rounds), ("clients_per_round", clients_per_round),
+                      ("dimension", dimension), ("client_epochs", client_epochs)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+      raise ValueError(f"`{name}` must be a positive integer; got {value!r}.")
   per_client = CLIENT_SECONDS + (client_epochs * client_tokens * dimension
                                  * SECONDS_PER_TOKEN_PARAMETER)
   training = rounds * clients_per_round * per_client / max(1, hosts)

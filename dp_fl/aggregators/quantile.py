@@ -24,7 +24,9 @@ is clipped to a fraction of its size or noised at 100× the scale — a quarter 
 (docs/RESULTS.md). Until the search ends, the estimator instead steps log ζ by ±s in the
 direction d = sign(γ − b̃ₜ) and halves s each time d reverses (a bisection over log ζ that
 first brackets the quantile by steps of s₀); it ends when s ≤ η·max(γ, 1 − γ), the largest
-step the geometric update takes, and the geometric update runs from there. From 100× off
+step the geometric update takes, and the geometric update runs from there. It starts only
+when the first round's b̃₀ is saturated (≤ γ/2 or ≥ (1 + γ)/2): a ζ₀ near the quantile gets
+the geometric update from the first round. From 100× off
 with s₀ = 2 the quantile is bracketed in ⌈ln 100 / 2⌉ = 3 rounds. The search reads the
 data only through the same b̃ₜ (its d, s and the round it ends are functions of b̃₀..b̃ₜ):
 post-processing, so the accounting is the estimator's without it.
@@ -158,7 +160,7 @@ class QuantileEstimator:
                                  settings.expected_count)
       estimate, search_step, direction = searched_update(
           state["estimate"], fraction, state["search_step"], state["search_direction"],
-          settings)
+          tf.equal(state["round"], 0), settings)
       return collections.OrderedDict(
           estimate=estimate, noised_fraction=fraction, seed=state["seed"],
           round=state["round"] + 1, search_step=search_step, search_direction=direction)
@@ -204,18 +206,28 @@ def geometric_update(estimate: tf.Tensor, fraction: tf.Tensor,
 
 
 def searched_update(estimate: tf.Tensor, fraction: tf.Tensor, search_step: tf.Tensor,
-                    last_direction: tf.Tensor, settings: QuantileEstimator
-                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                    last_direction: tf.Tensor, first_round: tf.Tensor,
+                    settings: QuantileEstimator) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """(ζₜ₊₁, sₜ₊₁, dₜ) of one round: the start search's step while it runs, else the
-  geometric update (module docstring). A function of the released b̃ₜ and the state only."""
+  geometric update (module docstring). A function of the released b̃ₜ and the state only.
+
+  The search starts only if the first round's fraction is saturated — at most γ/2 or at
+  least (1 + γ)/2, halfway to all clipped or none — so a ζ₀ already near the quantile is not
+  thrown ×e^±s₀ off by the noise in b̃ (the geometric update runs from the first round). A
+  round with b̃ exactly γ keeps the last direction (no step, no lost reversal)."""
   dtype = estimate.dtype
-  direction = tf.sign(tf.constant(settings.target_quantile, dtype) - fraction)
+  gamma = tf.constant(settings.target_quantile, dtype)
+  direction = tf.sign(gamma - fraction)
+  saturated = tf.logical_or(fraction <= gamma / 2, fraction >= (1 + gamma) / 2)
+  search_step = tf.where(tf.logical_and(first_round, tf.logical_not(saturated)),
+                         tf.zeros([], dtype), search_step)
   reversed_ = direction * last_direction < 0
   step = tf.where(reversed_, search_step / 2, search_step)
   searching = step > tf.constant(settings.geometric_step_bound, dtype)
+  direction_kept = tf.where(tf.equal(direction, 0), last_direction, direction)
   searched = tf.clip_by_value(estimate * tf.exp(direction * step),
                               tf.constant(settings.min_estimate, dtype),
                               tf.constant(settings.max_estimate, dtype))
   return (tf.where(searching, searched, geometric_update(estimate, fraction, settings)),
           tf.where(searching, step, tf.zeros([], dtype)),
-          tf.where(searching, direction, tf.zeros([], dtype)))
+          tf.where(searching, direction_kept, tf.zeros([], dtype)))

@@ -386,8 +386,8 @@ class Plan:
     return out
 
   def job_estimate(self) -> Optional[resources.Estimate]:
-    """The training job's wall time on this machine, as the training binaries estimate it
-    before they start (`budget.job_estimate`: rounds × report goal × the cost of a client of
+    """The training rounds' wall time on this machine (one local epoch, no evaluations: the
+    binaries add both), as the training binaries model it before they start (`budget.job_estimate`: rounds × report goal × the cost of a client of
     `client_tokens` tokens on a model of `model_dimension` parameters); None without them."""
     s = self.settings
     if s.client_tokens is None:
@@ -594,8 +594,9 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
                    f"{r.prefix_noise:.3g}× their largest signal nζ"))
   job = plan.job_estimate()
   if job is not None:
-    lines += ["", f"Job time on this machine (as the training binaries estimate it; "
-              f"--time_budget_hours refuses more): {resources.format_seconds(job.seconds)} — "
+    lines += ["", f"Training time on this machine (the training binaries' model of a round, "
+              f"one local epoch; they add --client_epochs and the evaluations, and refuse a "
+              f"job beyond --time_budget_hours): {resources.format_seconds(job.seconds)} — "
               f"{job.what}; {job.basis}"]
   lines += ["", "Robustness (paper 004 Fig. 6): if the realized min-sep comes out lower, at the "
             "same σ:"]

@@ -256,10 +256,26 @@ def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
   estimate = job_estimate(config, dimension, client_tokens, hosts, eval_tokens)
   fits = None
   if estimate.seconds > limit:
-    fits = int(limit / (estimate.seconds / config.rounds))
-  resources.require(estimate, {"rounds": config.rounds,
-                               "clients_per_round": config.clients_per_round},
-                    memory_bytes=math.inf, seconds=limit,
-                    fits_up_to=fits if fits and fits >= 1 else None,
-                    stream=None if announce else io.StringIO())
+    fits = _rounds_that_fit(config, dimension, client_tokens, hosts, eval_tokens, limit)
+  flags = {"rounds": config.rounds, "clients_per_round": config.clients_per_round}
+  if eval_tokens:
+    flags["eval_every"] = config.eval_every  # Evaluations are part of the estimate.
+  resources.require(estimate, flags, memory_bytes=math.inf, seconds=limit,
+                    fits_up_to=fits, stream=None if announce else io.StringIO())
   return estimate
+
+
+def _rounds_that_fit(config: Any, dimension: int, client_tokens: float, hosts: int,
+                     eval_tokens: Optional[float], limit: float) -> Optional[int]:
+  """The most rounds whose job (with its ⌈rounds / eval_every⌉ evaluations) fits `limit`
+  seconds, or None when not even one does (the cost grows with the rounds: bisection)."""
+  def seconds(rounds: int) -> float:
+    return resources.training_job_estimate(
+        rounds, config.clients_per_round, dimension, client_tokens,
+        client_epochs=config.client_epochs, hosts=hosts, eval_tokens=eval_tokens,
+        evaluations=-(-rounds // config.eval_every) if eval_tokens else 0).seconds
+  low, high = 0, config.rounds  # seconds(low) fits (or low = 0), seconds(high) does not.
+  while high - low > 1:
+    middle = (low + high) // 2
+    low, high = (middle, high) if seconds(middle) <= limit else (low, middle)
+  return low or None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 
@@ -87,8 +88,8 @@ class Task:
         raise ValueError(f"`{name}` must be callable; got {getattr(self, name)!r}.")
     for name in ("client_tokens", "eval_tokens"):
       value = getattr(self, name)
-      if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
-                                    and value >= 0):
+      if value is not None and (isinstance(value, bool) or not (
+          isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0)):
         raise ValueError(f"`{name}` must be a finite count >= 0 or None; got {value!r}.")
     if self.validation_dataset_fn is not None and not callable(self.validation_dataset_fn):
       raise ValueError("`validation_dataset_fn` must be callable or None; got "

@@ -78,18 +78,22 @@ def test_without_count_noise_it_is_the_non_private_geometric_update():
 
 
 def _reference_search(clip, fractions, target, learning_rate, search_step):
-  """The start search then the geometric update, written out in NumPy (float64): steps of ±s
-  towards γ, s halved at each reversal, the geometric update once s <= η·max(γ, 1 − γ)."""
+  """The start search then the geometric update, written out in NumPy (float64): only if the
+  first fraction is saturated (<= γ/2 or >= (1 + γ)/2), steps of ±s towards γ, s halved at
+  each reversal (a tie keeps the last direction), the geometric update once
+  s <= η·max(γ, 1 − γ)."""
   bound = learning_rate * max(target, 1 - target)
   step = search_step if search_step > bound else 0.0
   last, clips = 0.0, []
-  for fraction in fractions:
+  for t, fraction in enumerate(fractions):
+    if t == 0 and target / 2 < fraction < (1 + target) / 2:
+      step = 0.0
     direction = np.sign(target - fraction)
     if direction * last < 0:
       step /= 2
     if step > bound:
       clip *= np.exp(direction * step)
-      last = direction
+      last = direction if direction != 0 else last
     else:
       clip *= np.exp(-learning_rate * (fraction - target))
       step, last = 0.0, 0.0
@@ -138,6 +142,36 @@ def test_the_start_search_reaches_the_quantile_in_a_few_rounds(start):
   searched, geometric = rounds_to_settle(2.0), rounds_to_settle(0.0)
   assert searched <= 6, searched
   assert geometric >= 8, geometric  # Measured: 9 from 100, 8 from 0.01.
+
+
+def test_a_start_near_the_quantile_is_not_searched_away():
+  # ζ₀ at the median: b̃₀ ≈ γ is not saturated, so no ×e^±2 step on the count's noise (it
+  # would throw ζ to 0.135 or 7.39 for ~5 rounds); the geometric update keeps ζ near 1.
+  for seed in range(3):
+    rng = np.random.default_rng(seed)
+    estimator = _estimator(initial_estimate=1.0, target_quantile=0.5, learning_rate=0.2,
+                           count_stddev=3.0, expected_count=50.0, search_step=2.0)
+    process = estimator.process(dp_ftrl.seed_pair(seed, dp_ftrl.QUANTILE_SEED_STREAM))
+    state = process.initialize()
+    for _ in range(6):
+      state = process.next(state, list(rng.lognormal(0.0, 0.25, 50).astype(np.float32)))
+      assert 0.85 < float(process.report(state)) < 1.15
+    assert float(state["search_step"]) == 0.0
+
+
+def test_a_fraction_exactly_at_the_target_keeps_the_search_direction():
+  # m = 4, no count noise: all unclipped (b̃ = 1: down ×e²), exactly half (b̃ = γ: no step),
+  # then all clipped (b̃ = 0: a reversal of the kept direction, so s halves to 1: up ×e).
+  estimator = _estimator(initial_estimate=1.0, target_quantile=0.5, learning_rate=0.2,
+                         count_stddev=0.0, expected_count=4.0, search_step=2.0)
+  process = estimator.process(dp_ftrl.seed_pair(0))
+  state = process.initialize()
+  clips = []
+  for norms in ([0.1] * 4, [0.1, 0.1, 10.0, 10.0], [10.0] * 4):
+    state = process.next(state, [np.float32(n) for n in norms])
+    clips.append(float(process.report(state)))
+  np.testing.assert_allclose(clips, [np.exp(-2.0), np.exp(-2.0), np.exp(-1.0)], rtol=1e-6)
+  assert float(state["search_step"]) == 1.0
 
 
 def test_a_search_step_within_the_geometric_step_is_no_search():

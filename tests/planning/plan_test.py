@@ -266,9 +266,9 @@ def test_the_job_time_is_the_training_binaries_estimate(capsys):
   assert job["seconds"] == pytest.approx(expected)
   assert 30 < job["seconds"] / 86400 < 45 and "2052 rounds of 1000 clients" in job["what"]
   assert plan_script.main(flags[:-1]) == 0
-  assert "Job time on this machine" in capsys.readouterr().out
+  assert "Training time on this machine" in capsys.readouterr().out
   assert plan_script.main(flags[:-3]) == 0  # Without the client's size: no estimate.
-  assert "Job time" not in capsys.readouterr().out
+  assert "Training time" not in capsys.readouterr().out
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from dp_fl import resources
@@ -174,6 +175,46 @@ def test_the_job_estimate_counts_its_evaluations(tmp_path):
   # Split over hosts, the clients' work divides; the evaluations (run here) do not.
   hosts = budget.job_estimate(config, _PAPER_D, 256 * 21, hosts=10, eval_tokens=eval_tokens)
   assert hosts.seconds == pytest.approx(training.seconds / 10 + 21 * per_evaluation)
+
+
+def test_a_task_states_its_tokens_as_any_real_count():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tests.training import toy_task  # pylint: disable=g-import-not-at-top
+  task = toy_task.make_task()
+  for good in (5376, 5376.0, np.float32(5376), np.int64(10), None):
+    dataclasses.replace(task, client_tokens=good, eval_tokens=good)
+  for bad in (-1.0, float("nan"), float("inf"), True, "5376"):
+    with pytest.raises(ValueError, match="eval_tokens"):
+      dataclasses.replace(task, eval_tokens=bad)
+
+
+def test_the_rounds_that_fit_count_the_evaluations(tmp_path):
+  # One evaluation costs as much as many rounds: the rounds that fit are those whose job,
+  # ⌈R / eval_every⌉ evaluations included, is within the limit (by brute force here).
+  config = registry.make_config(task="t", root_dir=str(tmp_path), rounds=100,
+                                clients_per_round=10, mechanism="blt", min_sep=10,
+                                eval_every=30)
+  tokens, eval_tokens = 1000.0, 5e6
+
+  def job(rounds):
+    return budget.job_estimate(config.replace(rounds=rounds, eval_every=30), _PAPER_D, tokens,
+                               eval_tokens=eval_tokens).seconds
+
+  whole = job(100)
+  for limit in (0.9 * whole, 0.5 * whole, 0.2 * whole):
+    fits = max(r for r in range(1, 101) if job(r) <= limit) if job(1) <= limit else None
+    with pytest.raises(ValueError) as refused:
+      budget.check_job_time(config, _PAPER_D, tokens, seconds=limit, eval_tokens=eval_tokens)
+    message = str(refused.value)
+    assert "--eval_every=30" in message
+    assert (f"(at most {fits} fits)" in message) if fits else "at most" not in message
+  one_evaluation = eval_tokens * _PAPER_D * 7e-11 * 0.3
+  with pytest.raises(ValueError) as refused:  # Less than one evaluation: nothing fits.
+    budget.check_job_time(config, _PAPER_D, tokens, seconds=0.5 * one_evaluation,
+                          eval_tokens=eval_tokens)
+  assert "at most" not in str(refused.value)
+  with pytest.raises(ValueError, match="`rounds` must be a positive integer"):
+    budget.resources.training_job_estimate(0, 10, _PAPER_D, tokens)
 
 
 if __name__ == "__main__":
