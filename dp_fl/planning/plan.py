@@ -386,9 +386,10 @@ class Plan:
     return out
 
   def job_estimate(self) -> Optional[resources.Estimate]:
-    """The training rounds' wall time on this machine (one local epoch, no evaluations: the
-    binaries add both), as the training binaries model it before they start (`budget.job_estimate`: rounds × report goal × the cost of a client of
-    `client_tokens` tokens on a model of `model_dimension` parameters); None without them."""
+    """The training rounds' wall time on this machine as the training binaries model it
+    (`resources.training_job_estimate`: rounds × report goal × the cost of a client of
+    `client_tokens` tokens on a model of `model_dimension` parameters; one local epoch, no
+    evaluations — the binaries add both); None without them."""
     s = self.settings
     if s.client_tokens is None:
       return None

@@ -226,20 +226,22 @@ def check_worker_cohort(config: Any, dimension: int,
       + (f" (at most {fits} fit)" if fits >= 1 else "") + ".")
 
 
-def evaluations(config: Any) -> int:
-  """How many evaluations a job of `config` runs: every `eval_every` rounds and at the end."""
-  return -(-config.rounds // config.eval_every)
+def evaluations(rounds: int, eval_every: int) -> int:
+  """How many evaluations a job of `rounds` runs: every `eval_every` rounds and at the end."""
+  return -(-rounds // eval_every)
 
 
 def job_estimate(config: Any, dimension: int, client_tokens: float, hosts: int = 1,
-                 eval_tokens: Optional[float] = None) -> resources.Estimate:
-  """The job's wall time on this machine (`resources.training_job_estimate`): its rounds,
-  the clients' work split over `hosts` machines with `--workers`, and, given `eval_tokens`
-  (the tokens one evaluation scores), its evaluations."""
+                 eval_tokens: Optional[float] = None,
+                 rounds: Optional[int] = None) -> resources.Estimate:
+  """The job's wall time on this machine (`resources.training_job_estimate`): its rounds
+  (`config.rounds`, or `rounds`), the clients' work split over `hosts` machines with
+  `--workers`, and, given `eval_tokens` (the tokens one evaluation scores), its evaluations."""
+  rounds = config.rounds if rounds is None else rounds
   return resources.training_job_estimate(
-      config.rounds, config.clients_per_round, dimension, client_tokens,
+      rounds, config.clients_per_round, dimension, client_tokens,
       client_epochs=config.client_epochs, hosts=hosts, eval_tokens=eval_tokens,
-      evaluations=evaluations(config) if eval_tokens else 0)
+      evaluations=evaluations(rounds, config.eval_every) if eval_tokens else 0)
 
 
 def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
@@ -267,15 +269,12 @@ def check_job_time(config: Any, dimension: int, client_tokens: Optional[float],
 
 def _rounds_that_fit(config: Any, dimension: int, client_tokens: float, hosts: int,
                      eval_tokens: Optional[float], limit: float) -> Optional[int]:
-  """The most rounds whose job (with its ⌈rounds / eval_every⌉ evaluations) fits `limit`
-  seconds, or None when not even one does (the cost grows with the rounds: bisection)."""
-  def seconds(rounds: int) -> float:
-    return resources.training_job_estimate(
-        rounds, config.clients_per_round, dimension, client_tokens,
-        client_epochs=config.client_epochs, hosts=hosts, eval_tokens=eval_tokens,
-        evaluations=-(-rounds // config.eval_every) if eval_tokens else 0).seconds
-  low, high = 0, config.rounds  # seconds(low) fits (or low = 0), seconds(high) does not.
+  """The most rounds whose job (with its evaluations) fits `limit` seconds, or None when not
+  even one does (the cost grows with the rounds: bisection)."""
+  low, high = 0, config.rounds  # A job of `low` rounds fits (or low = 0), of `high` not.
   while high - low > 1:
     middle = (low + high) // 2
-    low, high = (middle, high) if seconds(middle) <= limit else (low, middle)
+    fits = job_estimate(config, dimension, client_tokens, hosts, eval_tokens,
+                        rounds=middle).seconds <= limit
+    low, high = (middle, high) if fits else (low, middle)
   return low or None

@@ -9,7 +9,7 @@ and y is ids[1:] (length 20 each). BOS never occurs in y; EOS only ends sentence
 than 20 words.
 
 `make_train_client_data`: the training clients (TFF's pipeline per client: an SQLite query
-and the preprocessing, traced once as a function of the client id, ~6 ms a client; see
+and the preprocessing, traced once as a function of the client id, 2–6 ms a client; see
 `tasks.stackoverflow.in_memory` for the same batches from memory). `make_eval_dataset`: one
 dataset of the sentences of (a sample of) clients.
 """
@@ -95,8 +95,8 @@ class TracedTrainClientData(tff.simulation.datasets.ClientData):
   the vocabulary's lookup table and two `map`s are traced again for each client (0.11 s a
   client on a loaded 2-core machine, 0.33 s at the paper's 10,000 words: the data stage of a
   paper-scale round, issue #43). Here the dataset of a client id is a `tf.function` of the
-  id, the form of TFF's `dataset_computation`: traced on first use (≈ 0.4 s), then ≈ 6 ms a
-  client, the same batches. The records are still read and checked in Python first
+  id, the form of TFF's `dataset_computation`: traced on first use (≈ 0.1–0.4 s), then
+  2–6 ms a client, the same batches. The records are still read and checked in Python first
   (`CheckedClientData.check_clients`, once a client): a client with quarantined records
   gets the preprocessing of its good records, as before, outside the traced function.
   The dataset is a graph of the client's SQL query and the vocabulary (≈ 170 KB), so a

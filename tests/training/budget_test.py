@@ -164,7 +164,7 @@ def test_the_job_estimate_counts_its_evaluations(tmp_path):
   config = registry.make_config(task="t", root_dir=str(tmp_path), rounds=2052,
                                 clients_per_round=1000, mechanism="blt", min_sep=342,
                                 eval_every=100)
-  assert budget.evaluations(config) == 21
+  assert budget.evaluations(config.rounds, config.eval_every) == 21
   eval_tokens = 10_000 * 426 * 21
   training = budget.job_estimate(config, _PAPER_D, 256 * 21)
   whole = budget.job_estimate(config, _PAPER_D, 256 * 21, eval_tokens=eval_tokens)
