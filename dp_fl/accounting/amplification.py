@@ -1,6 +1,6 @@
-"""Amplified privacy of DP-FTRL: balls-in-bins Monte Carlo (paper 003) and cyclic Poisson.
+"""Amplified privacy of DP-FTRL: balls-in-bins and b-min-sep Monte Carlo, and cyclic Poisson.
 
-Two sampling schemes whose randomness, kept secret, makes a matrix mechanism more private
+Three sampling schemes whose randomness, kept secret, makes a matrix mechanism more private
 than its sensitivity under the worst-case participation says:
 
 * **Balls-in-bins** (paper 003, Def. 3.1): every client is put into one of b bins once, round
@@ -9,6 +9,10 @@ than its sensitivity under the worst-case participation says:
   calibrated on one sample (Alg. 2) and *released* only after Estimate-Verify-Release on an
   independent sample (Alg. 1, Thm. 2.1), whose failure probability is inside the δ released.
   `release_noise_multiplier` (σ for a target ε) and `release_epsilon` (ε for a given σ).
+* **b-min-sep** (Dong & Ganesh 2026, arXiv 2602.09338): after taking part a client waits b − 1
+  rounds, then is sampled with probability p in every round it is eligible for; the same
+  release functions on its dominating pair (`b_min_sep`: both directions of adjacency, exact
+  for a C whose rounds b apart share no row, a bound otherwise), `b_min_sep_pair`.
 * **Cyclic Poisson** (Choquette-Choo et al. 2023, "(Amplified) Banded Matrix Factorization";
   jax_privacy's `amplified_bandmf_event`): clients split into b groups, round t samples each
   member of group t mod b independently with probability q. For a C with at most b bands,
@@ -34,8 +38,10 @@ import numpy as np
 
 from dp_fl import _checks
 from dp_fl import root_finding
+from dp_fl.accounting import b_min_sep
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import dpfedavg
+from dp_fl.accounting import monte_carlo
 from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
@@ -43,6 +49,19 @@ from dp_fl.mechanisms import catalog
 
 BALLS_IN_BINS = "balls_in_bins"
 CYCLIC_POISSON = "cyclic_poisson"
+B_MIN_SEP = "b_min_sep"
+
+MonteCarloPair = balls_in_bins.BallsInBinsPair | b_min_sep.BMinSepPair
+
+
+def _engine(pair: MonteCarloPair) -> Any:
+  """The Monte Carlo accounting module of a dominating pair (same functions in both)."""
+  if isinstance(pair, b_min_sep.BMinSepPair):
+    return b_min_sep
+  if isinstance(pair, balls_in_bins.BallsInBinsPair):
+    return balls_in_bins
+  raise ValueError(f"`pair` must be a balls-in-bins or b-min-sep dominating pair; got "
+                   f"{type(pair).__name__}.")
 
 DEFAULT_CALIBRATION_MARGIN = 0.2
 """σ (or ε) is calibrated to δ_verify / (1 + margin) so the fresh verification sample passes;
@@ -121,10 +140,11 @@ class MonteCarloRelease:
   sensitivity_without_amplification: float
   epsilon_without_amplification: float  # ε at δ of the same σ with fixed bins (exact)
   noise_multiplier_without_amplification: float  # σ the same (ε, δ) needs with fixed bins
+  scheme: str = BALLS_IN_BINS
+  schedule: Optional[dict] = None  # b-min-sep: its sampling (num_bins, num_epochs are 0)
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
-    out["scheme"] = BALLS_IN_BINS
     # 128-bit seeds as strings: JSON readers that parse numbers as doubles keep them exact.
     out["calibration_seed"] = str(self.calibration_seed)
     out["verification_seed"] = str(self.verification_seed)
@@ -134,7 +154,7 @@ class MonteCarloRelease:
   def from_dict(cls, data: dict[str, Any]) -> "MonteCarloRelease":
     fields = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in data.items() if k in fields}
-    missing = fields - set(values)
+    missing = fields - set(values) - {"schedule"}
     if missing:
       raise ValueError(f"a balls-in-bins release record lacks {sorted(missing)}")
     values["calibration_seed"] = int(values["calibration_seed"])
@@ -143,15 +163,23 @@ class MonteCarloRelease:
 
   def guarantee(self) -> str:
     """The formal statement, or why there is none."""
-    batching = (f"balls-in-bins batching ({self.num_bins} bins, {self.rounds} rounds = "
-                f"{self.num_epochs} epoch{'s' if self.num_epochs > 1 else ''})")
+    if self.scheme == B_MIN_SEP:
+      s = self.schedule or {}
+      batching = (f"b-min-sep sampling (b = {s.get('min_sep')}, p = "
+                  f"{s.get('sampling_probability', math.nan):.4g}, "
+                  f"{'warm start' if s.get('warm_start') else 'pure'}, {self.rounds} rounds)")
+      pair_ref = "the b-min-sep pair (Dong & Ganesh 2026), both directions"
+    else:
+      batching = (f"balls-in-bins batching ({self.num_bins} bins, {self.rounds} rounds = "
+                  f"{self.num_epochs} epoch{'s' if self.num_epochs > 1 else ''})")
+      pair_ref = "paper 003, Lemma 3.2"
     if not self.verified:
       return (f"No amplified guarantee: Estimate-Verify-Release (paper 003, Alg. 1) returned ⊥ "
               f"— on the verification sample δ̂ = {self.verification_delta_hat:.3g} exceeded "
               f"δ_verify = {self.delta_verify:.3g}.")
     return (f"(ε = {self.epsilon:.6g}, δ = {self.delta:g})-DP for noise multiplier "
-            f"{self.noise_multiplier:.6g} under {batching}, released by Estimate-Verify-"
-            f"Release (paper 003, Alg. 1 / Thm 2.1): a fresh sample of {self.num_samples} "
+            f"{self.noise_multiplier:.6g} under {batching} (dominating pair: {pair_ref}), "
+            f"released by Estimate-Verify-Release (paper 003, Alg. 1 / Thm 2.1): a fresh sample of {self.num_samples} "
             f"privacy losses gave δ̂ = {self.verification_delta_hat:.3g} ± "
             f"{self.verification_delta_standard_error:.2g} <= δ_verify = "
             f"{self.delta_verify:.3g}; had the true δ(ε) exceeded {self.delta:g} this check "
@@ -180,18 +208,19 @@ def _check_release_args(delta: float, delta_verify: Optional[float], calibration
 
 
 def _verify(pair, sigma, epsilon, delta, delta_verify, num_samples, seed):
-  return balls_in_bins.estimate_verify_release(
+  return _engine(pair).estimate_verify_release(
       pair, noise_multiplier=sigma, epsilon=epsilon, delta=delta, delta_verify=delta_verify,
       num_samples=num_samples, seed=seed)
 
 
-def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: float,
+def release_noise_multiplier(pair: MonteCarloPair, *, epsilon: float,
                              delta: float, delta_verify: Optional[float] = None,
                              calibration_margin: float = DEFAULT_CALIBRATION_MARGIN,
                              num_samples: Optional[int] = None, seed: Optional[int] = None,
                              verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
                              ) -> MonteCarloRelease:
-  """σ for (ε, δ) under balls-in-bins batching, by Estimate-Verify-Release (paper 003).
+  """σ for (ε, δ) under balls-in-bins or b-min-sep sampling, by Estimate-Verify-Release
+  (paper 003; the b-min-sep pair's two directions, `b_min_sep`).
 
   1. Alg. 2 on the calibration sample: σ* with δ̂(σ*) = δ_verify / (1 + margin), the margin
      widened (same sample) to `STANDARD_ERRORS` relative standard errors of δ̂(σ*) when
@@ -217,7 +246,7 @@ def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: fl
   for _ in range(_MARGIN_STEPS):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
-      cal = balls_in_bins.calibrate_noise_multiplier(
+      cal = _engine(pair).calibrate_noise_multiplier(
           pair, epsilon=eps, delta=dv / (1.0 + margin), num_samples=m, seed=cal_seed)
     wider = _wider_margin(margin, cal.delta_hat, cal.delta_standard_error)
     if wider is None:
@@ -229,7 +258,7 @@ def release_noise_multiplier(pair: balls_in_bins.BallsInBinsPair, *, epsilon: fl
                   cal.noise_multiplier, cal.delta_hat, cal.delta_standard_error)
 
 
-def release_verified(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: float,
+def release_verified(pair: MonteCarloPair, *, noise_multiplier: float,
                      epsilon: float, delta: float, delta_verify: Optional[float] = None,
                      num_samples: Optional[int] = None, seed: Optional[int] = None,
                      verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
@@ -258,8 +287,14 @@ def release_verified(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: f
 def _release(pair, ver, solved_for, required, seeds, margin, calibration_value,
              calibration_delta_hat, calibration_delta_standard_error) -> MonteCarloRelease:
   """The record of a release whose verification `ver` (Alg. 1) ran."""
+  engine = _engine(pair)
+  if engine is b_min_sep:
+    scheme, schedule, bins, epochs = B_MIN_SEP, pair.sampling.to_dict(), 0, 0
+  else:
+    scheme, schedule, bins, epochs = BALLS_IN_BINS, None, pair.num_bins, pair.num_epochs
   return MonteCarloRelease(
-      num_bins=pair.num_bins, num_epochs=pair.num_epochs, rounds=pair.num_rounds,
+      scheme=scheme, schedule=schedule,
+      num_bins=bins, num_epochs=epochs, rounds=pair.num_rounds,
       noise_multiplier=ver.noise_multiplier, epsilon=ver.epsilon, delta=ver.delta,
       delta_verify=ver.delta_verify, verified=ver.verified, solved_for=solved_for,
       num_samples=ver.num_samples, required_num_samples=required,
@@ -272,7 +307,7 @@ def _release(pair, ver, solved_for, required, seeds, margin, calibration_value,
       sensitivity_without_amplification=pair.sensitivity,
       epsilon_without_amplification=zcdp.matrix_mechanism_guarantee(
           pair.sensitivity, ver.noise_multiplier, ver.delta).epsilon,
-      noise_multiplier_without_amplification=balls_in_bins.unamplified_noise_multiplier(
+      noise_multiplier_without_amplification=engine.unamplified_noise_multiplier(
           pair, epsilon=ver.epsilon, delta=ver.delta))
 
 
@@ -285,29 +320,13 @@ def _wider_margin(margin: float, delta_hat: float, standard_error: float) -> Opt
   return None if margin >= needed else needed * 1.05
 
 
-def _epsilon_on_sample(losses: np.ndarray, delta: float, upper: float) -> float:
-  """ε* with δ̂(ε*) = (1/m) Σ_j (1 - e^{ε* - Y_j})_+ = δ on the sample Y (non-increasing in ε);
-  at most `upper` (where the unamplified bound already holds on any sample it would)."""
-  m = losses.size
-  tail = np.sort(losses[losses > 0.0])[::-1]
-
-  def excess(eps):
-    top = tail[tail > eps]
-    return float(np.sum(-np.expm1(eps - top))) / m - delta
-
-  if excess(0.0) <= 0.0:
-    return 0.0
-  _, hi = root_finding.expand_up(lambda eps: excess(eps) > 0.0, 0.0, max(upper, 1e-6))
-  return root_finding.brent(excess, 0.0, hi, xtol=1e-10, rtol=1e-10)
-
-
-def release_epsilon(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: float,
+def release_epsilon(pair: MonteCarloPair, *, noise_multiplier: float,
                     delta: float, delta_verify: Optional[float] = None,
                     calibration_margin: float = DEFAULT_CALIBRATION_MARGIN,
                     num_samples: Optional[int] = None, seed: Optional[int] = None,
                     verify_ratio: float = verification.DEFAULT_VERIFY_RATIO
                     ) -> MonteCarloRelease:
-  """ε at δ for a given σ under balls-in-bins batching, by Estimate-Verify-Release.
+  """ε at δ for a given σ under balls-in-bins or b-min-sep sampling, by Estimate-Verify-Release.
 
   The privacy losses Y of the calibration sample are drawn once at σ; ε* solves
   δ̂(ε*) = δ_verify / (1 + margin) on them (δ̂ is non-increasing in ε), ε is ε* rounded up to
@@ -319,19 +338,22 @@ def release_epsilon(pair: balls_in_bins.BallsInBinsPair, *, noise_multiplier: fl
                                            num_samples, verify_ratio)
   cal_seed, ver_seed = accounting_seeds(seed)
   unamplified = zcdp.matrix_mechanism_guarantee(pair.sensitivity, sigma, d).epsilon
-  losses = balls_in_bins.sample_privacy_loss(pair, noise_multiplier=sigma, num_samples=m,
-                                             seed=cal_seed)
+  if _engine(pair) is b_min_sep:
+    tails = b_min_sep.epsilon_tails(pair, noise_multiplier=sigma, num_samples=m, seed=cal_seed)
+  else:
+    losses = balls_in_bins.sample_privacy_loss(pair, noise_multiplier=sigma, num_samples=m,
+                                               seed=cal_seed)
+    tails = [losses[losses > 0.0]]
+    del losses
   margin = calibration_margin
   for _ in range(_MARGIN_STEPS):
-    eps_star = _epsilon_on_sample(losses, dv / (1.0 + margin), unamplified)
-    values = -np.expm1(eps_star - losses[losses > eps_star])
-    cal_hat = float(values.sum()) / m
-    cal_se = float(math.sqrt(max(0.0, float(np.sum(values ** 2)) / m - cal_hat ** 2) / m))
+    eps_star, cal_hat, cal_se = monte_carlo.epsilon_on_tails(tails, m, dv / (1.0 + margin),
+                                                             unamplified)
     wider = _wider_margin(margin, cal_hat, cal_se)
     if wider is None:
       break
     margin = wider
-  del losses, values
+  del tails
   eps = round_up(max(eps_star, 1e-9))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
@@ -348,6 +370,16 @@ def balls_in_bins_pair(mechanism: catalog.Mechanism, *, num_bins: int,
   return balls_in_bins.dominating_pair(
       num_bins=num_bins, num_epochs=balls_in_bins.epochs_for(rounds, num_bins), rounds=rounds,
       **mechanism.lower_triangular_input(rounds))
+
+
+def b_min_sep_pair(mechanism: catalog.Mechanism,
+                   sampling: b_min_sep.BMinSepSampling) -> b_min_sep.BMinSepPair:
+  """The b-min-sep dominating pair of `mechanism`'s C over the sampling's rounds, with the
+  mechanism's own (certified) min-sep sensitivity as the unamplified bound beside it."""
+  n, b = sampling.rounds, sampling.min_sep
+  sens = mechanism.sensitivity(n, b, sensitivity_lib.participation_cap(n, b)).guaranteed
+  return b_min_sep.dominating_pair(sampling, unamplified_sensitivity=sens,
+                                   **mechanism.lower_triangular_input(n))
 
 
 # ---------------------------------------------------------------------------------------

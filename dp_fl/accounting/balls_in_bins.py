@@ -37,10 +37,10 @@ vector (m_i[t] = s[t - i], s the period-b folding of the coefficients), so G is
 a table of truncated shifted autocorrelations of s, computed from prefix sums in
 O(n b) time and O(n + b^2) memory without forming C (`_toeplitz_gram`).
 
-Samples are produced in blocks of `_RNG_BLOCK` from independent streams
-`SeedSequence(entropy, spawn_key=key + (block,))`, so the sample depends only on
-the seed (not on `chunk_size`), any prefix of a sample is itself a sample, and
-any chunk can be regenerated: memory stays O(chunk_size * b) however large m is.
+The sample, δ̂ and the root finding are `monte_carlo`'s engine, of which `_Kernel` is the
+balls-in-bins model: samples come in blocks of `monte_carlo.RNG_BLOCK` from independent
+streams, so the sample depends only on the seed (not on `chunk_size`), any prefix of a sample
+is itself a sample, and memory stays O(chunk_size * b) however large m is.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -56,31 +56,20 @@ from scipy import special
 
 from dp_fl import _checks
 from dp_fl import resources
-from dp_fl import root_finding
+from dp_fl.accounting import monte_carlo
 from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
 
-# Rows per independent RNG stream; `chunk_size` must be a multiple of it.
-_RNG_BLOCK = 1024
 # Default rows processed at once (memory ~ 8 arrays of chunk_size x b float64).
 DEFAULT_CHUNK_SIZE = 8192
 # Samples drawn by a calibration, in units of num_samples (measured: 1.12 passes; the
 # bracket's screens add about one each when they run), for its progress ETA.
 _CALIBRATION_PASSES = 2.0
-# Calibration keeps at most this many chunks' worth of screened samples in
-# memory; beyond that it narrows its bracket or streams (bounded memory).
-_MAX_STORED_CHUNKS = 4
-# Screening passes per level before falling back to streaming delta_hat.
-_MAX_SCREENS = 12
-# Pilot sample sizes shrink by this factor per level (Alg. 2 warm start).
-_PILOT_FACTOR = 8
-# Initial half-width (ratio) of the bracket around a pilot's sigma.
-_BRACKET_RATIO = 1.25
 # Below these the estimate is flagged with an InsufficientSamplesWarning.
 MIN_TAIL_SAMPLES = 30
 MAX_RELATIVE_STANDARD_ERROR = 0.1
 
-SeedLike = int | np.random.SeedSequence | np.random.Generator
+SeedLike = monte_carlo.SeedLike
 
 
 def monte_carlo_cost(*, num_bins: int, num_epochs: int, num_samples: int,
@@ -88,14 +77,14 @@ def monte_carlo_cost(*, num_bins: int, num_epochs: int, num_samples: int,
                      ) -> resources.Estimate:
   """Peak memory and time of calibrating σ and verifying it (Alg. 2 then Alg. 1).
 
-  Memory: about 8 chunk x b float64 arrays plus `_MAX_STORED_CHUNKS` chunks of kept samples,
+  Memory: about 8 chunk x b float64 arrays plus `monte_carlo.MAX_STORED_CHUNKS` chunks of kept samples,
   the b x b Gram and factor, and C itself when dense (n x n, n = E b). Time: ~3e-7 s per
   sample and bin per pass, `_CALIBRATION_PASSES` + 1 passes. Measured with tracemalloc at
   m = 65536: 12 / 66 / 406 MB and 0.2 / 1.2 / 9 s at b = 32 / 128 / 512 (1.12 passes).
   """
   b, e, m = int(num_bins), int(num_epochs), int(num_samples)
   n = b * e
-  per_bin = 8.0 * chunk_size * 8 + 8.0 * _MAX_STORED_CHUNKS * chunk_size
+  per_bin = 8.0 * chunk_size * 8 + 8.0 * monte_carlo.MAX_STORED_CHUNKS * chunk_size
   memory = per_bin * b + 540.0 * b * b + (16.0 * n * n if dense else 16.0 * n)
   seconds = 3e-7 * m * b * (_CALIBRATION_PASSES + 1.0)
   return resources.Estimate(
@@ -315,8 +304,9 @@ def dominating_pair(*, num_bins: int, num_epochs: int, matrix: Any = None,
 # --------------------------------------------------------------------------
 
 
-class _Kernel:
-  """Per-pair constants: G = F F^T and alpha[k, i] = G[k, i] - G[i, i] / 2."""
+class _Kernel(monte_carlo.LossModel):
+  """The balls-in-bins loss model: G = F F^T, alpha[k, i] = G[k, i] - G[i, i] / 2, a sample
+  is (k, W = F xi)."""
 
   def __init__(self, pair: BallsInBinsPair):
     g = pair.gram
@@ -324,8 +314,35 @@ class _Kernel:
     w = np.clip(w, 0.0, None)
     self.factor_t = np.ascontiguousarray((v * np.sqrt(w)).T)
     self.alpha = g - 0.5 * np.diag(g)[None, :]
-    self.num_bins = pair.num_bins
+    self.num_bins = self.num_columns = pair.num_bins
     self.log_b = math.log(pair.num_bins)
+
+  def draw(self, generator, count):
+    bins = generator.integers(0, self.num_bins, size=count)
+    return bins, generator.standard_normal((count, self.num_bins))
+
+  def prepare(self, rows):
+    bins, xi = rows
+    return bins, xi @ self.factor_t
+
+  def stats(self, rows, u, eps, derivative=False):
+    k, w = rows
+    return _chunk_stats(self.alpha[k], w, u, eps, self.log_b, derivative)
+
+  def screen(self, rows, u_lo, u_hi, eps):
+    """With u in [u_lo, u_hi] each term alpha_i u^2 + W_i u is at most
+    B_i = max(alpha_i u_lo^2, alpha_i u_hi^2) + max(W_i u_lo, W_i u_hi), and
+    Y <= logsumexp(B) - log b; rows with that bound <= eps give f = 0 in the bracket."""
+    k, w = rows
+    a_max = np.where(self.alpha >= 0, self.alpha * u_hi**2, self.alpha * u_lo**2)
+    bound = a_max[k]
+    bound += w * u_lo
+    bound += np.maximum(w, 0.0) * (u_hi - u_lo)
+    keep = np.zeros(k.shape[0], dtype=bool)
+    cand = np.nonzero(bound.max(axis=1) > eps)[0]
+    if cand.size:
+      keep[cand] = special.logsumexp(bound[cand], axis=1) - self.log_b > eps
+    return keep
 
 
 def privacy_loss(pair: BallsInBinsPair, noise_multiplier: float, bins: Any,
@@ -362,58 +379,6 @@ def _losses(alpha_rows: np.ndarray, w: np.ndarray, u: float,
   return special.logsumexp(a, axis=1) - log_b
 
 
-def _root_seed(seed: SeedLike) -> np.random.SeedSequence:
-  if isinstance(seed, np.random.Generator):
-    return np.random.SeedSequence(seed.integers(0, 2**63, size=4).tolist())
-  if isinstance(seed, np.random.SeedSequence):
-    return seed
-  _checks.check_nonnegative_int("seed", seed)
-  return np.random.SeedSequence(int(seed))
-
-
-def _check_chunk_size(chunk_size: Any) -> int:
-  c = _checks.check_positive_int("chunk_size", chunk_size)
-  if c % _RNG_BLOCK:
-    raise ValueError(
-        f"`chunk_size` must be a multiple of {_RNG_BLOCK} (the RNG block, which "
-        f"keeps samples independent of the chunking); got {c}. Use "
-        f"{max(_RNG_BLOCK, c // _RNG_BLOCK * _RNG_BLOCK)}.")
-  return c
-
-
-class _SampleStream:
-  """The fixed Monte Carlo sample of Alg. 2 lines 1-2, regenerated by chunks."""
-
-  def __init__(self, kernel: _Kernel, seed: SeedLike, chunk_size: int,
-               progress: resources.Progress | None = None):
-    self.kernel = kernel
-    self.progress = progress  # Advanced by the samples of every chunk drawn.
-    root = _root_seed(seed)
-    self._entropy = root.entropy
-    self._key = tuple(root.spawn_key)
-    self.chunk_size = chunk_size
-
-  def chunks(self, num_samples: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yields (bins, W) covering samples [0, num_samples) in order."""
-    b = self.kernel.num_bins
-    for start in range(0, num_samples, self.chunk_size):
-      rows = min(self.chunk_size, num_samples - start)
-      blocks = -(-rows // _RNG_BLOCK)
-      bins = np.empty(blocks * _RNG_BLOCK, dtype=np.int64)
-      xi = np.empty((blocks * _RNG_BLOCK, b))
-      first = start // _RNG_BLOCK
-      for j in range(blocks):
-        seq = np.random.SeedSequence(self._entropy,
-                                     spawn_key=self._key + (first + j,))
-        gen = np.random.Generator(np.random.SFC64(seq))
-        sl = slice(j * _RNG_BLOCK, (j + 1) * _RNG_BLOCK)
-        bins[sl] = gen.integers(0, b, size=_RNG_BLOCK)
-        gen.standard_normal(out=xi[sl])
-      yield bins[:rows], xi[:rows] @ self.kernel.factor_t
-      if self.progress is not None:
-        self.progress.advance(rows)
-
-
 def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
                         num_samples: int, seed: SeedLike,
                         chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
@@ -425,8 +390,9 @@ def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
   """
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   m = _checks.check_positive_int("num_samples", num_samples)
-  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size))
-  kernel = stream.kernel
+  stream = monte_carlo.SampleStream(_Kernel(pair), seed,
+                                    monte_carlo.check_chunk_size(chunk_size))
+  kernel = stream.model
   return np.concatenate([
       _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b)
       for k, w in stream.chunks(m)
@@ -438,40 +404,25 @@ def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
 # --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Stats:
-  """Sums over samples of f = (1 - e^{eps - Y})_+, f^2 and df/dsigma."""
-  sum_f: float = 0.0
-  sum_f2: float = 0.0
-  sum_df: float = 0.0
-  num_tail: int = 0
-
-  def add(self, other: "_Stats") -> None:
-    self.sum_f += other.sum_f
-    self.sum_f2 += other.sum_f2
-    self.sum_df += other.sum_df
-    self.num_tail += other.num_tail
-
-
 def _chunk_stats(alpha_rows: np.ndarray, w: np.ndarray, u: float, eps: float,
-                 log_b: float, derivative: bool = False) -> _Stats:
+                 log_b: float, derivative: bool = False) -> monte_carlo.Stats:
   """delta_hat sums over one chunk at sigma = 1/u (Alg. 2 lines 3-4)."""
   a = alpha_rows * (u * u)
   a += w * u
   top = a.max(axis=1)
   cand = np.nonzero(top > eps)[0]  # Y <= max_i a_i, so others give f = 0.
   if cand.size == 0:
-    return _Stats()
+    return monte_carlo.Stats()
   ac = a[cand] - top[cand, None]
   e = np.exp(ac)
   tot = e.sum(axis=1)
   y = top[cand] + np.log(tot) - log_b
   tail = y > eps
   if not np.any(tail):
-    return _Stats()
+    return monte_carlo.Stats()
   g = np.exp(eps - y[tail])  # e^{eps - Y} in (0, 1)
   f = -np.expm1(eps - y[tail])
-  out = _Stats(sum_f=float(f.sum()), sum_f2=float(np.dot(f, f)),
+  out = monte_carlo.Stats(sum_f=float(f.sum()), sum_f2=float(np.dot(f, f)),
                num_tail=int(tail.sum()))
   if derivative:
     # dY/du = sum_i softmax(a)_i (2 alpha_i u + W_i); dY/dsigma = -u^2 dY/du;
@@ -509,14 +460,6 @@ class DeltaEstimate:
     return self.standard_error / self.delta_hat if self.delta_hat > 0 else math.inf
 
 
-def _mean_and_se(stats: _Stats, m: int) -> tuple[float, float]:
-  mean = stats.sum_f / m
-  if m < 2:
-    return mean, math.inf
-  var = max(stats.sum_f2 - m * mean * mean, 0.0) / (m - 1)
-  return mean, math.sqrt(var / m)
-
-
 def _warn_if_few(what: str, num_tail: int, rel_se: float, m: int,
                  stacklevel: int = 3) -> None:
   if num_tail >= MIN_TAIL_SAMPLES and rel_se <= MAX_RELATIVE_STANDARD_ERROR:
@@ -533,16 +476,6 @@ def _warn_if_few(what: str, num_tail: int, rel_se: float, m: int,
       InsufficientSamplesWarning, stacklevel=stacklevel)
 
 
-def _streaming_stats(stream: _SampleStream, m: int, sigma: float, eps: float,
-                     derivative: bool = False) -> _Stats:
-  kernel = stream.kernel
-  total = _Stats()
-  for k, w in stream.chunks(m):
-    total.add(_chunk_stats(kernel.alpha[k], w, 1.0 / sigma, eps, kernel.log_b,
-                           derivative))
-  return total
-
-
 def estimate_delta(pair: BallsInBinsPair, *, noise_multiplier: float,
                    epsilon: float, num_samples: int, seed: SeedLike,
                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> DeltaEstimate:
@@ -556,9 +489,10 @@ def estimate_delta(pair: BallsInBinsPair, *, noise_multiplier: float,
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   eps = _checks.check_positive("epsilon", epsilon)
   m = _checks.check_positive_int("num_samples", num_samples)
-  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size))
-  stats = _streaming_stats(stream, m, sigma, eps)
-  mean, se = _mean_and_se(stats, m)
+  stream = monte_carlo.SampleStream(_Kernel(pair), seed,
+                                    monte_carlo.check_chunk_size(chunk_size))
+  stats = monte_carlo.streaming_stats(stream, m, sigma, eps)
+  mean, se = stats.mean_and_se(m)
   est = DeltaEstimate(epsilon=eps, noise_multiplier=sigma, delta_hat=mean,
                       standard_error=se, num_samples=m,
                       num_tail_samples=stats.num_tail)
@@ -589,149 +523,7 @@ def unamplified_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
 # --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-  """Result of Alg. 2 (paper 003): sigma with delta_hat(sigma) = delta.
-
-  Attributes:
-    noise_multiplier: sigma*, the root of delta_hat(sigma) = delta on the
-      fixed sample.
-    epsilon, delta: the target.
-    delta_hat: delta_hat(sigma*) on the sample (= delta up to root tolerance).
-    delta_standard_error: Monte Carlo standard error of delta_hat(sigma*).
-    noise_multiplier_standard_error: delta-method standard error of sigma*,
-      delta_standard_error / |d delta_hat / d sigma|.
-    num_samples: m.
-    num_tail_samples: samples with Y > eps at sigma*.
-    unamplified_noise_multiplier: sigma without amplification (fixed bins).
-    num_passes: full passes over the sample (pilots counted pro rata).
-  """
-
-  noise_multiplier: float
-  epsilon: float
-  delta: float
-  delta_hat: float
-  delta_standard_error: float
-  noise_multiplier_standard_error: float
-  num_samples: int
-  num_tail_samples: int
-  unamplified_noise_multiplier: float
-  num_passes: float
-
-
-class _Evaluator:
-  """delta_hat sums on a prefix of the sample, for sigma in a bracket."""
-
-  def __init__(self, stream: _SampleStream, m: int, eps: float,
-               rows: tuple[np.ndarray, np.ndarray] | None):
-    self.stream, self.m, self.eps, self.rows = stream, m, eps, rows
-    self.passes = 0.0
-
-  def stats(self, sigma: float, derivative: bool = False) -> _Stats:
-    kernel = self.stream.kernel
-    if self.rows is None:
-      self.passes += 1.0
-      return _streaming_stats(self.stream, self.m, sigma, self.eps, derivative)
-    k, w = self.rows
-    return _chunk_stats(kernel.alpha[k], w, 1.0 / sigma, self.eps, kernel.log_b,
-                        derivative)
-
-  def delta(self, sigma: float) -> float:
-    return self.stats(sigma).sum_f / self.m
-
-
-def _screen(stream: _SampleStream, m: int, eps: float, lo: float, hi: float,
-            max_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
-  """Keeps the samples whose Y can exceed eps for some sigma in [lo, hi].
-
-  With u = 1/sigma in [u_lo, u_hi] each term alpha_i u^2 + W_i u is at most
-  B_i = max(alpha_i u_lo^2, alpha_i u_hi^2) + max(W_i u_lo, W_i u_hi), and
-  Y <= logsumexp(B) - log b; samples with that bound <= eps contribute exactly
-  0 to delta_hat anywhere in the bracket. Returns None when more than
-  `max_rows` samples survive.
-  """
-  kernel = stream.kernel
-  u_lo, u_hi = 1.0 / hi, 1.0 / lo
-  a_max = np.where(kernel.alpha >= 0, kernel.alpha * u_hi**2,
-                   kernel.alpha * u_lo**2)
-  kept_k, kept_w, count = [], [], 0
-  for k, w in stream.chunks(m):
-    bound = a_max[k]
-    bound += w * u_lo
-    bound += np.maximum(w, 0.0) * (u_hi - u_lo)
-    top = bound.max(axis=1)
-    cand = np.nonzero(top > eps)[0]
-    if cand.size:
-      y = special.logsumexp(bound[cand], axis=1) - kernel.log_b
-      keep = cand[y > eps]
-      count += keep.size
-      if count > max_rows:
-        return None
-      kept_k.append(k[keep])
-      kept_w.append(w[keep])
-  b = kernel.num_bins
-  if not kept_k:
-    return np.zeros(0, dtype=np.int64), np.zeros((0, b))
-  return np.concatenate(kept_k), np.concatenate(kept_w)
-
-
-def _brent(ev: _Evaluator, delta: float, lo: float, hi: float,
-           rtol: float) -> float:
-  return root_finding.brent(lambda s: ev.delta(s) - delta, lo, hi,
-                            xtol=rtol * lo, rtol=max(rtol, 1e-15), maxiter=200)
-
-
-def _find_bracket(ev: _Evaluator, delta: float, lo: float,
-                  hi: float) -> tuple[float, float]:
-  """Moves [lo, hi] until delta_hat(lo) > delta >= delta_hat(hi)."""
-  return root_finding.expand_both(
-      lambda s: ev.delta(s) > delta, lambda s: ev.delta(s) <= delta, lo, hi, max_steps=200,
-      unreachable=lambda lo, hi: (f"could not bracket delta_hat(sigma) = delta = {delta!r} "
-                                  f"within [{lo!r}, {hi!r}]; check that C is non-degenerate."))
-
-
-def _solve_level(stream: _SampleStream, m: int, eps: float, delta: float,
-                 guess: float, rtol: float) -> tuple[float, _Evaluator]:
-  """Root of delta_hat on the first m samples, starting near `guess`."""
-  c = stream.chunk_size
-  if m <= c:
-    rows = next(stream.chunks(m))
-    ev = _Evaluator(stream, m, eps, rows)
-    lo, hi = _find_bracket(ev, delta, guess / 2.0, guess)
-    ev.passes = 1.0
-    return _brent(ev, delta, lo, hi, rtol), ev
-  pilot, pilot_ev = _solve_level(stream, max(c, m // _PILOT_FACTOR), eps,
-                                 delta, guess, rtol)
-  passes = pilot_ev.passes * pilot_ev.m / m
-  ratio = _BRACKET_RATIO
-  lo, hi = pilot / ratio, pilot * ratio
-  max_rows = _MAX_STORED_CHUNKS * c
-  for attempt in range(_MAX_SCREENS + 1):
-    rows = None
-    if attempt < _MAX_SCREENS:
-      rows = _screen(stream, m, eps, lo, hi, max_rows)
-      passes += 1.0
-    if rows is None:
-      # Too many near-tail samples to keep (or no progress): stream instead.
-      if ratio < 1.0 + 1e-3 or attempt >= _MAX_SCREENS - 1:
-        ev = _Evaluator(stream, m, eps, None)
-        lo, hi = _find_bracket(ev, delta, lo, hi)
-        sigma = _brent(ev, delta, lo, hi, rtol)
-        ev.passes += passes
-        return sigma, ev
-      ratio = math.sqrt(ratio)
-      mid = math.sqrt(lo * hi)
-      lo, hi = mid / ratio, mid * ratio
-      continue
-    ev = _Evaluator(stream, m, eps, rows)
-    d_lo, d_hi = ev.delta(lo), ev.delta(hi)
-    if d_lo > delta >= d_hi:
-      sigma = _brent(ev, delta, lo, hi, rtol)
-      ev.passes = passes
-      return sigma, ev
-    ratio = ratio * ratio
-    lo, hi = (hi, hi * ratio) if d_hi > delta else (lo / ratio, lo)
-  raise AssertionError("unreachable: the last attempt always streams")
+Calibration = monte_carlo.Calibration
 
 
 def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
@@ -746,7 +538,7 @@ def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
   safeguarded). Speed-ups that leave the root unchanged: a warm start from the
   same procedure on the first m/8 samples (recursively), and screening: for
   sigma in a bracket, only samples whose privacy loss can exceed eps are kept
-  (`_screen`), so each root-finder step touches only those. Memory is
+  (`_Kernel.screen`), so each root-finder step touches only those. Memory is
   O(chunk_size * b); if more than `4 * chunk_size` samples survive the
   screen, the bracket is narrowed, and finally delta_hat is streamed.
 
@@ -764,7 +556,7 @@ def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
   dlt = _checks.check_open_unit("delta", delta)
   m = _checks.check_positive_int("num_samples", num_samples)
   rtol = _checks.check_positive("rtol", rtol)
-  c = _check_chunk_size(chunk_size)
+  c = monte_carlo.check_chunk_size(chunk_size)
   if m * dlt < 1.0:
     need = int(2 ** math.ceil(math.log2(100.0 / dlt)))
     raise ValueError(
@@ -773,12 +565,12 @@ def calibrate_noise_multiplier(pair: BallsInBinsPair, *, epsilon: float,
         f"(about 100/delta, ~10% relative standard error) or a larger delta.")
   progress = resources.Progress(f"Monte Carlo calibration of σ ({m} samples)",
                                 _CALIBRATION_PASSES * m)
-  stream = _SampleStream(_Kernel(pair), seed, c, progress)
+  stream = monte_carlo.SampleStream(_Kernel(pair), seed, c, progress)
   sigma_unamp = unamplified_noise_multiplier(pair, epsilon=eps, delta=dlt)
-  sigma, ev = _solve_level(stream, m, eps, dlt, sigma_unamp, rtol)
+  sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma_unamp, rtol)
   progress.finish()
   stats = ev.stats(sigma, derivative=True)
-  mean, se = _mean_and_se(stats, m)
+  mean, se = stats.mean_and_se(m)
   slope = abs(stats.sum_df / m)
   out = Calibration(
       noise_multiplier=float(sigma), epsilon=eps, delta=dlt, delta_hat=mean,
@@ -826,29 +618,17 @@ def estimate_verify_release(
   Raises:
     ValueError: on bad input, or when num_samples is too small for Thm. 2.1.
   """
-  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
-  eps = _checks.check_positive("epsilon", epsilon)
-  d = _checks.check_open_unit("delta", delta)
-  dv = verification.DEFAULT_VERIFY_RATIO * d if delta_verify is None else delta_verify
-  dv, d = verification.check_verify_pair(dv, d)
-  need = verification.required_num_samples(dv, d)
-  m = need if num_samples is None else _checks.check_positive_int(
-      "num_samples", num_samples)
-  if m < need:
-    raise ValueError(
-        f"`num_samples` = {m} is too small for Estimate-Verify-Release at "
-        f"delta_verify={dv!r}, delta={d!r}: the failure probability bound "
-        f"{verification.verification_failure_probability(m, dv, d):.3g} exceeds delta "
-        f"(Thm. 2.1). Use num_samples >= {need}, or a smaller delta_verify / "
-        "delta ratio.")
+  sigma, eps, d, dv, need, m = verification.check_verification(
+      noise_multiplier, epsilon, delta, delta_verify, num_samples)
   if release is not None and not callable(release):
     raise ValueError(f"`release` must be a zero-argument callable or None; got "
                      f"{release!r}.")
   progress = resources.Progress(f"Monte Carlo verification ({m} samples)", m)
-  stream = _SampleStream(_Kernel(pair), seed, _check_chunk_size(chunk_size), progress)
-  stats = _streaming_stats(stream, m, sigma, eps)
+  stream = monte_carlo.SampleStream(_Kernel(pair), seed,
+                                    monte_carlo.check_chunk_size(chunk_size), progress)
+  stats = monte_carlo.streaming_stats(stream, m, sigma, eps)
   progress.finish()
-  mean, se = _mean_and_se(stats, m)
+  mean, se = stats.mean_and_se(m)
   verified = mean <= dv
   output = release() if (verified and release is not None) else None
   return verification.VerificationResult(

@@ -61,6 +61,27 @@ def required_num_samples(delta_verify: float, delta: float) -> int:
   return int(math.ceil(math.log(1.0 / d) / _bernoulli_kl(dv, d)))
 
 
+def check_verification(noise_multiplier: Any, epsilon: Any, delta: Any, delta_verify: Any,
+                       num_samples: Any) -> tuple[float, float, float, float, int, int]:
+  """(σ, ε, δ, δ_verify, required m, m) of an Estimate-Verify-Release call, checked:
+  δ_verify defaults to `DEFAULT_VERIFY_RATIO` δ, m to (and at least) `required_num_samples`."""
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  eps = _checks.check_positive("epsilon", epsilon)
+  d = _checks.check_open_unit("delta", delta)
+  dv = DEFAULT_VERIFY_RATIO * d if delta_verify is None else delta_verify
+  dv, d = check_verify_pair(dv, d)
+  need = required_num_samples(dv, d)
+  m = need if num_samples is None else _checks.check_positive_int("num_samples", num_samples)
+  if m < need:
+    raise ValueError(
+        f"`num_samples` = {m} is too small for Estimate-Verify-Release at "
+        f"delta_verify={dv!r}, delta={d!r}: the failure probability bound "
+        f"{verification_failure_probability(m, dv, d):.3g} exceeds delta "
+        f"(Thm. 2.1). Use num_samples >= {need}, or a smaller delta_verify / "
+        "delta ratio.")
+  return sigma, eps, d, dv, need, m
+
+
 @dataclasses.dataclass(frozen=True)
 class VerificationResult:
   """Outcome of Estimate-Verify-Release (Alg. 1 of paper 003).

@@ -19,6 +19,7 @@ from scipy import integrate, optimize, special
 
 import dp_accounting
 from dp_fl.accounting import balls_in_bins as bib
+from dp_fl.accounting import monte_carlo
 from dp_fl.accounting import verification
 
 
@@ -311,7 +312,7 @@ def test_streaming_fallback_gives_same_root(monkeypatch):
   kw = dict(epsilon=1.0, delta=2e-3, num_samples=2**14, seed=21,
             chunk_size=1024)
   screened = bib.calibrate_noise_multiplier(pair, **kw)
-  monkeypatch.setattr(bib, "_MAX_STORED_CHUNKS", 0)
+  monkeypatch.setattr(monte_carlo, "MAX_STORED_CHUNKS", 0)
   streamed = bib.calibrate_noise_multiplier(pair, **kw)
   assert streamed.noise_multiplier == pytest.approx(screened.noise_multiplier,
                                                     rel=1e-5)

@@ -1,0 +1,673 @@
+"""Monte Carlo accounting of b-min-sep sampling for any non-negative lower-triangular C.
+
+b-min-sep sampling (Dong & Ganesh, "Privacy Amplification for BandMF via b-Min-Sep
+Subsampling", arXiv 2602.09338, 2026): a client that took part in round t may not take part
+in rounds t + 1, ..., t + b - 1; in every round it is eligible for, it is sampled
+independently with probability p. b = 1 is Poisson sampling; pure b-min-sep with p = 1 is the
+fixed schedule 0, b, 2b, ... (no amplification); the warm start (their Alg. 2: the chain
+starts in its stationary law, eligible at round 0 with probability 1 / (1 + (b - 1) p), else
+first eligible at a uniform round of 1..b-1) keeps the expected cohort at the stationary
+fraction p / (1 + (b - 1) p) of the population from round 0, and with p = 1 it is
+balls-in-bins batching (paper 003).
+
+Dominating pair (add/remove adjacency; the worst case puts the same unit vector in every
+participation, as in paper 003 App. A for non-negative C): with S ⊂ [n] the client's random
+participation pattern (a Markov chain on "rounds until eligible"),
+    P = E_S N(C 1_S, σ² I),   Q = N(0, σ² I).
+Its likelihood ratio at x, with y = Cᵀx / σ² and G = CᵀC,
+    L(x) = E_S exp(Σ_{t∈S} y_t − ½ 1_Sᵀ G 1_S / σ²),
+sums over exponentially many patterns. Any two rounds of one pattern are >= b apart, so when
+G[s, t] = 0 for |s − t| >= b (C = I, or banded C with at most b bands: BandMF, BSR) the
+quadratic form is Σ_{t∈S} G_tt and L is a product over rounds, summed over the chain by a
+dynamic program in O(n) (the paper's Sec. 5). For any other C (BLT, TreeAgg, a BandMF with
+more bands than b) this module bounds L from both sides, which is exact for the C above and
+conservative otherwise (G >= 0 entrywise for non-negative C):
+    L_up(x)  = E_S Π_{t∈S} exp(y_t − G_tt / (2σ²))           >= L(x)  (drop the cross terms),
+    L_low(x) = E_S Π_{t∈S} exp(y_t − R_t / (2σ²)) <= L(x),   R_t = G_tt + M_t,
+M_t the largest Σ_{s∈T} G_ts over sets T of rounds pairwise >= b apart and >= b from t (a
+pattern through t has its other rounds in such a set).
+Both directions of adjacency are accounted:
+    remove: H_{e^ε}(P‖Q) = E_{x~P}[(1 − e^{ε}/L)_+] <= E_{x~P}[(1 − e^{ε − log L_up})_+],
+    add:    H_{e^ε}(Q‖P) = E_{x~Q}[(1 − e^{ε} L)_+] <= E_{x~Q}[(1 − e^{ε + log L_low})_+],
+and δ(ε) is the larger (dp_accounting does the same for Poisson sampling). Each is estimated
+on its own fixed sample (`monte_carlo`'s engine: σ calibrated by root finding with screening,
+Alg. 2 of paper 003), and released by Estimate-Verify-Release (paper 003 Alg. 1 / Thm 2.1):
+the release happens only if both directions verify.
+
+Notation: n rounds, b = min_sep, p = sampling_probability, u = 1/σ. A sample of the remove
+direction is (α, w) with α_t = (G 1_S)_t − G_tt/2 and w = Cᵀ Z, Z ~ N(0, I_n), so that
+log a_t = α_t u² + w_t u; one of the add direction is w alone (α_t = −R_t/2 for all).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Optional
+
+import numpy as np
+import scipy.fft
+import scipy.linalg
+
+from dp_fl import _checks
+from dp_fl import resources
+from dp_fl.accounting import monte_carlo
+from dp_fl.accounting import verification
+from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import sensitivity as sensitivity_lib
+
+REMOVE = "remove"
+ADD = "add"
+DIRECTIONS = (REMOVE, ADD)
+
+# Rows processed at once: 2 float64 arrays of chunk x n per direction and a few more.
+DEFAULT_CHUNK_SIZE = 2048
+# The largest n the dense Gram matrix (8 n² bytes, twice) is built for.
+MAX_ROUNDS = 12288
+# Calibration passes over the sample, for the progress ETA (pilots + screens + verification).
+_CALIBRATION_PASSES = 3.0
+# Threads of the FFTs (Cᵀz for a Toeplitz C).
+_WORKERS = max(1, min(4, os.cpu_count() or 1))
+# Rescale the dynamic program's state before it can leave [e^-_SCALE_LOG, e^_SCALE_LOG].
+_SCALE_LOG = 230.0
+
+
+# --------------------------------------------------------------------------------------
+# The sampling scheme.
+
+
+@dataclasses.dataclass(frozen=True)
+class BMinSepSampling:
+  """b-min-sep sampling of one client over n rounds (Dong & Ganesh 2026, Alg. 1 / Alg. 2).
+
+  Attributes:
+    rounds: n.
+    min_sep: b >= 1; after taking part in round t a client is ineligible until t + b.
+    sampling_probability: p in (0, 1], the chance an eligible client is sampled.
+    warm_start: True: the chain starts in its stationary law (their Alg. 2; the expected
+      cohort is the stationary fraction from round 0). False: every client is eligible at
+      round 0 (their Alg. 1; round 0's expected cohort is p N).
+  """
+
+  rounds: int
+  min_sep: int
+  sampling_probability: float
+  warm_start: bool = True
+
+  def __post_init__(self):
+    _checks.check_positive_int("rounds", self.rounds)
+    _checks.check_positive_int("min_sep", self.min_sep)
+    p = _checks.check_positive("sampling_probability", self.sampling_probability)
+    if p > 1.0:
+      raise ValueError(f"`sampling_probability` must be in (0, 1]; got {p!r}.")
+    if not isinstance(self.warm_start, bool):
+      raise ValueError(f"`warm_start` must be True or False; got {self.warm_start!r}.")
+
+  @property
+  def participation_rate(self) -> float:
+    """p / (1 + (b − 1) p): the stationary chance of taking part in a round."""
+    p, b = self.sampling_probability, self.min_sep
+    return p / (1.0 + (b - 1) * p)
+
+  @staticmethod
+  def probability_for_rate(rate: float, min_sep: int) -> float:
+    """p whose stationary participation rate is `rate` (an expected cohort / population):
+    p = r / (1 − (b − 1) r); refused at r >= 1/b, where even p = 1 gives only 1/b."""
+    r = _checks.check_positive("participation rate", rate)
+    b = _checks.check_positive_int("min_sep", min_sep)
+    if r > 1.0 / b * (1.0 + 1e-12):
+      raise ValueError(
+          f"An expected cohort of {r:.4g} of the population a round is more than b-min-sep "
+          f"with --min_sep={b} can give: a client takes part at most once every {b} rounds, "
+          f"so at most 1/{b} = {1.0 / b:.4g} of the population a round. Lower "
+          "--clients_per_round or --min_sep, or use more clients.")
+    return min(1.0, r / (1.0 - (b - 1) * r))
+
+  def initial_wait_probabilities(self) -> np.ndarray:
+    """P[the client is first eligible at round j], j = 0..b-1 (warm start: the stationary
+    law of the chain; pure: eligible at 0)."""
+    b, p = self.min_sep, self.sampling_probability
+    out = np.zeros(b)
+    if not self.warm_start:
+      out[0] = 1.0
+      return out
+    norm = 1.0 + (b - 1) * p
+    out[0] = 1.0 / norm
+    out[1:] = p / norm
+    return out
+
+  def sample_patterns(self, generator: np.random.Generator, count: int) -> np.ndarray:
+    """`count` participation patterns, a bool array (count, n): the chain run forward."""
+    n, b, p = self.rounds, self.min_sep, self.sampling_probability
+    wait = generator.choice(b, size=count, p=self.initial_wait_probabilities())
+    draws = generator.random((n, count)) < p
+    out = np.zeros((n, count), dtype=bool)
+    for t in range(n):
+      took = (wait == 0) & draws[t]
+      out[t] = took
+      wait = np.where(took, b - 1, np.maximum(wait - 1, 0))
+    return np.ascontiguousarray(out.T)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dict(dataclasses.asdict(self), participation_rate=self.participation_rate)
+
+
+def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray) -> np.ndarray:
+  """log E_S Π_{t∈S} a_t for each row of `log_a` (m, n): the dynamic program over the chain.
+
+  e_t: the weight of the paths eligible at round t; r_t = p e_t a_t: those taking part at t,
+  eligible again at t + b; e_{t+1} = (1 − p) e_t + r_{t+1−b} (their Sec. 5). The warm start
+  seeds the clients first eligible at j = 1..b-1 as returns at j. The result is the total
+  weight after round n − 1 (eligible, or still waiting). Linear arithmetic, rescaled per row
+  before it can over- or underflow (the recursion is linear, so a common factor per row
+  carries to the end as a log offset).
+  """
+  log_a = np.asarray(log_a, dtype=np.float64)
+  m, n = log_a.shape
+  if n != sampling.rounds:
+    raise ValueError(f"`log_a` must have {sampling.rounds} columns (rounds); got {n}.")
+  b, p = sampling.min_sep, sampling.sampling_probability
+  if m == 0:
+    return np.zeros(0)
+  a_t = np.exp(np.clip(log_a.T, -_SCALE_LOG, _SCALE_LOG))  # (n, m); clipped rows redone below
+  wild = np.nonzero(np.abs(log_a).max(axis=1) > _SCALE_LOG)[0]
+  step_log = max(float(np.abs(log_a).max(initial=0.0)), math.log(2.0))
+  every = max(1, min(64, int(_SCALE_LOG / 2.0 / step_log)))
+  init = sampling.initial_wait_probabilities()
+  e = np.full(m, init[0])
+  ring = np.zeros((b, m))  # ring[j mod b]: the weight returning to eligibility at round j.
+  ring[1:] = init[1:, None]
+  offset = np.zeros(m)
+  total = np.ones(m)  # e + Σ ring: the mass, tracked for rescaling.
+  q = 1.0 - p
+  for t in range(n):
+    r = e * a_t[t]
+    r *= p
+    total += r
+    total -= p * e
+    slot = t % b
+    e *= q
+    if b == 1:
+      e += r
+    else:
+      e += ring[(t + 1) % b]
+      ring[slot] = r
+    if (t + 1) % every == 0 or t == n - 1:
+      bad = (total > math.exp(_SCALE_LOG / 2)) | (total < math.exp(-_SCALE_LOG / 2))
+      if np.any(bad):
+        idx = np.nonzero(bad)[0]
+        exact_total = e[idx] + (ring[:, idx].sum(axis=0) if b > 1 else 0.0)
+        scale = np.where(exact_total > 0, exact_total, 1.0)
+        e[idx] /= scale
+        if b > 1:
+          ring[:, idx] /= scale
+        total[idx] = exact_total / scale
+        offset[idx] += np.log(scale)
+  # Returns still pending after the last round: every slot but n mod b, whose return (at
+  # round n) is in e — participations in rounds n-b+1..n-1, and warm-start returns after
+  # round n when n < b (all scaled with e).
+  pending = ring.sum(axis=0) - ring[n % b] if b > 1 else 0.0
+  with np.errstate(divide="ignore"):
+    out = np.log(e + pending) + offset
+  if wild.size:
+    out[wild] = _log_likelihood_ratio_logspace(sampling, log_a[wild])
+  return out
+
+
+def _log_likelihood_ratio_logspace(sampling: BMinSepSampling, log_a: np.ndarray) -> np.ndarray:
+  """`log_likelihood_ratio` in log arithmetic (slow; rows with |log a_t| > _SCALE_LOG)."""
+  m, n = log_a.shape
+  b, p = sampling.min_sep, sampling.sampling_probability
+  with np.errstate(divide="ignore"):
+    init = np.log(sampling.initial_wait_probabilities())
+    log_p, log_q = math.log(p), (math.log1p(-p) if p < 1.0 else -math.inf)
+  e = np.full(m, init[0])
+  ring = np.full((b, m), -math.inf)
+  ring[1:] = init[1:, None]
+  for t in range(n):
+    r = e + log_a[:, t] + log_p
+    if b == 1:
+      e = np.logaddexp(e + log_q, r)
+    else:
+      e = np.logaddexp(e + log_q, ring[(t + 1) % b])
+      ring[t % b] = r
+  terms = [e] + [ring[j] for j in range(b) if b > 1 and j != n % b]
+  return np.logaddexp.reduce(np.stack(terms), axis=0)
+
+
+# --------------------------------------------------------------------------------------
+# The dominating pair.
+
+
+def _dense(matrix: Any, toeplitz_coefs: Any, n: int) -> tuple[np.ndarray, Optional[np.ndarray]]:
+  if (matrix is None) == (toeplitz_coefs is None):
+    raise ValueError("Give exactly one of `matrix` (dense lower-triangular C) and "
+                     "`toeplitz_coefs` (c_0, c_1, ... of a Toeplitz C).")
+  if toeplitz_coefs is not None:
+    c = _checks.check_finite_array("toeplitz_coefs", toeplitz_coefs, ndim=1)
+    coefs = np.zeros(n)
+    coefs[:min(n, c.size)] = c[:n]
+    if np.any(coefs < 0):
+      raise ValueError("`toeplitz_coefs` must be non-negative (the dominating pair needs a "
+                       f"non-negative C); got a minimum of {coefs.min()!r}.")
+    return scipy.linalg.toeplitz(coefs, np.zeros(n)), coefs
+  c = _checks.check_lower_triangular("matrix", matrix)
+  if c.shape != (n, n):
+    raise ValueError(f"`matrix` must be n x n = {n} x {n} for {n} rounds; got {c.shape}.")
+  if np.any(c < 0):
+    raise ValueError("`matrix` must be non-negative (the dominating pair needs a non-negative "
+                     f"C); got a minimum entry of {c.min()!r}.")
+  return np.array(c, dtype=np.float64), None
+
+
+def _cross_bound(gram: np.ndarray, b: int) -> np.ndarray:
+  """M_t = max over sets T of rounds pairwise >= b apart and >= b from t of Σ_{s∈T} G_ts.
+
+  For any pattern S ∋ t, S \ {t} is such a set, so 1_Sᵀ G 1_S <= Σ_{t∈S} (G_tt + M_t) (G >= 0).
+  The two sides of t are independent: best[t, s] = max(best[t, s-1], G_ts + best[t, s-b]) over
+  s <= t - b (the weights of the rounds allowed), and the same from the right; O(n²).
+  """
+  n = gram.shape[0]
+  t = np.arange(n)
+  out = np.zeros(n)
+  for weights in (gram, gram[::-1, ::-1]):  # Left side; then the right side, reversed.
+    allowed = np.where(t[None, :] <= t[:, None] - b, weights, 0.0)
+    best = np.zeros((n, n + b))  # best[:, b + s]: the best set within rounds 0..s.
+    for s in range(n):
+      np.maximum(best[:, b + s - 1], allowed[:, s] + best[:, s], out=best[:, b + s])
+    side = best[t, t]  # Rounds 0..t-b: column b + (t - b) (zeros while t < b).
+    out += side if weights is gram else side[::-1]
+  return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BMinSepPair:
+  """The dominating pair above for one C and one b-min-sep sampling.
+
+  Attributes:
+    sampling: the scheme.
+    matrix: C (n x n, read-only).
+    toeplitz_coefs: c_0..c_{n-1} when C is Toeplitz (Cᵀz by FFT), else None.
+    gram: G = CᵀC (read-only).
+    column_norms_squared: G_tt.
+    cross_bound: M_t of `_cross_bound` per t (0 for every t: the likelihood ratio is exact).
+    unamplified_sensitivity: max ||C 1_S|| over patterns of at most ⌈n/b⌉ rounds b apart
+      (a guarantee: exact or an upper bound), the min-sep sensitivity without amplification.
+  """
+
+  sampling: BMinSepSampling
+  matrix: np.ndarray
+  toeplitz_coefs: Optional[np.ndarray]
+  gram: np.ndarray
+  column_norms_squared: np.ndarray
+  cross_bound: np.ndarray
+  unamplified_sensitivity: float
+
+  @property
+  def exact(self) -> bool:
+    """True when no two rounds b apart share a row of C: L_up = L = L_low."""
+    return bool(np.all(self.cross_bound <= 1e-12 * max(1.0, self.column_norms_squared.max())))
+
+  @property
+  def sensitivity(self) -> float:
+    """The unamplified min-sep sensitivity (the Gaussian bound beside the amplified one)."""
+    return self.unamplified_sensitivity
+
+  @property
+  def num_rounds(self) -> int:
+    return self.sampling.rounds
+
+
+def dominating_pair(sampling: BMinSepSampling, *, matrix: Any = None, toeplitz_coefs: Any = None,
+                    unamplified_sensitivity: Optional[float] = None) -> BMinSepPair:
+  """The pair of the module doc for C (dense `matrix` or `toeplitz_coefs`, zero-padded or cut
+  to n) under `sampling`; `unamplified_sensitivity` (default: certified from G, exact when
+  the patterns can be searched) is the min-sep sensitivity of the same C."""
+  if not isinstance(sampling, BMinSepSampling):
+    raise ValueError(f"`sampling` must be a BMinSepSampling; got {type(sampling).__name__}.")
+  n, b = sampling.rounds, sampling.min_sep
+  if n > MAX_ROUNDS:
+    raise ValueError(
+        f"b-min-sep Monte Carlo accounting builds the {n} x {n} Gram matrix of C; at most "
+        f"{MAX_ROUNDS} rounds are supported (got {n}).")
+  c, coefs = _dense(matrix, toeplitz_coefs, n)
+  if not np.any(c):
+    raise ValueError("C must have at least one non-zero entry.")
+  gram = c.T @ c
+  diag = np.diag(gram).copy()
+  cross = _cross_bound(gram, b)
+  if unamplified_sensitivity is None:
+    k = sensitivity_lib.participation_cap(n, b)
+    unamplified_sensitivity = sensitivity_lib.certified_sensitivity(
+        None, b, k, gram=gram).value
+  sens = _checks.check_positive("unamplified_sensitivity", unamplified_sensitivity)
+  for a in (c, gram, diag, cross) + ((coefs,) if coefs is not None else ()):
+    a.setflags(write=False)
+  return BMinSepPair(sampling=sampling, matrix=c, toeplitz_coefs=coefs, gram=gram,
+                     column_norms_squared=diag, cross_bound=cross,
+                     unamplified_sensitivity=float(sens))
+
+
+def monte_carlo_cost(rounds: int, num_samples: int,
+                     chunk_size: int = DEFAULT_CHUNK_SIZE) -> resources.Estimate:
+  """Memory and time of calibrating and verifying (both directions).
+
+  Memory: C and G (16 n² bytes), about 10 chunk x n float64 arrays, and the screened rows
+  (`monte_carlo.MAX_STORED_CHUNKS` chunks of 2 n floats). Time: measured ~1.2e-8 s per
+  sample and round per pass (0.25 s per 1024 samples at n = 2052, a Toeplitz C, 2 cores), `_CALIBRATION_PASSES` passes a
+  direction.
+  """
+  n, m = int(rounds), int(num_samples)
+  memory = 16.0 * n * n + (10.0 + 2.0 * monte_carlo.MAX_STORED_CHUNKS) * 8.0 * chunk_size * n
+  seconds = 1.2e-7 * m * n * _CALIBRATION_PASSES * 2.0
+  return resources.Estimate(f"b-min-sep Monte Carlo accounting ({n} rounds, {m} samples)",
+                            memory, seconds, "16 n² + ~18 chunk n float64, ~7e-7 m n s")
+
+
+# --------------------------------------------------------------------------------------
+# The loss models (one per direction).
+
+
+class _Model(monte_carlo.LossModel):
+  """Samples of one direction: remove (x ~ P, L_up) or add (x ~ Q, L_low)."""
+
+  def __init__(self, pair: BMinSepPair, direction: str):
+    if direction not in DIRECTIONS:
+      raise ValueError(f"`direction` must be one of {DIRECTIONS}; got {direction!r}.")
+    self.pair = pair
+    self.direction = direction
+    self.sampling = pair.sampling
+    n = self.num_columns = pair.sampling.rounds
+    if pair.toeplitz_coefs is not None:
+      self._fft_size = scipy.fft.next_fast_len(2 * n - 1, real=True)
+      self._coefs_fft = scipy.fft.rfft(pair.toeplitz_coefs, self._fft_size)
+    self._half_diag = 0.5 * pair.column_norms_squared
+    self._add_alpha = -0.5 * (pair.column_norms_squared + pair.cross_bound)
+
+  def draw(self, generator, count):
+    n = self.num_columns
+    if self.direction == REMOVE:
+      patterns = self.sampling.sample_patterns(generator, count)
+      return patterns, generator.standard_normal((count, n))
+    return (generator.standard_normal((count, n)),)
+
+  def _transpose_apply(self, z: np.ndarray) -> np.ndarray:
+    """Cᵀ z for each row z (rows @ C)."""
+    if self.pair.toeplitz_coefs is None:
+      return z @ self.pair.matrix
+    n = self.num_columns
+    reversed_z = scipy.fft.rfft(z[:, ::-1], self._fft_size, axis=1, workers=_WORKERS)
+    reversed_z *= self._coefs_fft
+    return scipy.fft.irfft(reversed_z, self._fft_size, axis=1,
+                           workers=_WORKERS)[:, :n][:, ::-1]
+
+  def prepare(self, rows):
+    if self.direction == REMOVE:
+      patterns, z = rows
+      alpha = self._gram_times(patterns)
+      alpha -= self._half_diag
+      return alpha, self._transpose_apply(z)
+    (z,) = rows
+    return (self._transpose_apply(z),)
+
+  def _gram_times(self, patterns: np.ndarray) -> np.ndarray:
+    """G 1_S for each row's pattern: a sum of the rows of G it took part in (at most
+    ⌈n/b⌉ of them), or a dense product when patterns are long."""
+    counts = patterns.sum(axis=1)
+    most = int(counts.max(initial=0))
+    if most > 64:
+      return patterns.astype(np.float64) @ self.pair.gram
+    out = np.zeros(patterns.shape)
+    rows, cols = np.nonzero(patterns)  # Row-major: each row's rounds in order.
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.arange(rows.size) - starts[rows]
+    for j in range(most):
+      pick = rank == j
+      out[rows[pick]] += self.pair.gram[cols[pick]]
+    return out
+
+  def _log_a(self, rows, u: float) -> np.ndarray:
+    if self.direction == REMOVE:
+      alpha, w = rows
+      log_a = alpha * (u * u)
+    else:
+      (w,) = rows
+      log_a = np.broadcast_to(self._add_alpha * (u * u), w.shape).copy()
+    log_a += w * u
+    return log_a
+
+  def losses(self, rows, u: float) -> np.ndarray:
+    """Y: log L_up (remove) or log L_low (add) of each row at σ = 1/u."""
+    return log_likelihood_ratio(self.sampling, self._log_a(rows, u))
+
+  def _f(self, y: np.ndarray, eps: float) -> np.ndarray:
+    if self.direction == REMOVE:
+      return -np.expm1(np.minimum(eps - y, 0.0))
+    return -np.expm1(np.minimum(eps + y, 0.0))
+
+  def stats(self, rows, u, eps, derivative=False):
+    y = self.losses(rows, u)
+    f = self._f(y, eps)
+    out = monte_carlo.Stats(sum_f=float(f.sum()), sum_f2=float(np.dot(f, f)),
+                            num_tail=int(np.count_nonzero(f)))
+    if derivative and out.num_tail:
+      h = 1e-4  # df/dσ by a central difference in σ on the same rows.
+      up = self._f(self.losses(rows, u / (1.0 + h)), eps).sum()
+      down = self._f(self.losses(rows, u / (1.0 - h)), eps).sum()
+      out.sum_df = float((up - down) / (2.0 * h / u))
+    return out
+
+  def screen(self, rows, u_lo, u_hi, eps):
+    """L is non-decreasing in every a_t, and each log a_t = α_t u² + w_t u lies between its
+    values' min and max over u in [u_lo, u_hi] (separately for the two terms)."""
+    if self.direction == REMOVE:
+      alpha, w = rows
+      quad = np.where(alpha >= 0, alpha * u_hi**2, alpha * u_lo**2)
+      bound = quad + np.maximum(w * u_lo, w * u_hi)
+      return log_likelihood_ratio(self.sampling, bound) > eps
+    (w,) = rows
+    quad = np.where(self._add_alpha >= 0, self._add_alpha * u_lo**2, self._add_alpha * u_hi**2)
+    bound = quad + np.minimum(w * u_lo, w * u_hi)
+    return log_likelihood_ratio(self.sampling, bound) < -eps
+
+
+# --------------------------------------------------------------------------------------
+# Estimates, calibration and Estimate-Verify-Release.
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectionEstimate:
+  """δ̂ of one direction at (σ, ε)."""
+  direction: str
+  delta_hat: float
+  standard_error: float
+  num_samples: int
+  num_tail_samples: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaEstimate:
+  """δ̂(σ, ε) = max over the directions (each on its own sample)."""
+  epsilon: float
+  noise_multiplier: float
+  remove: DirectionEstimate
+  add: DirectionEstimate
+
+  @property
+  def delta_hat(self) -> float:
+    return max(self.remove.delta_hat, self.add.delta_hat)
+
+  @property
+  def worse(self) -> DirectionEstimate:
+    return self.remove if self.remove.delta_hat >= self.add.delta_hat else self.add
+
+
+def _direction_seeds(seed: monte_carlo.SeedLike) -> dict[str, np.random.SeedSequence]:
+  root = monte_carlo.root_seed(seed)
+  return {d: np.random.SeedSequence(root.entropy, spawn_key=tuple(root.spawn_key) + (i,))
+          for i, d in enumerate(DIRECTIONS)}
+
+
+def _stream(pair, direction, seed, chunk_size, progress=None) -> monte_carlo.SampleStream:
+  return monte_carlo.SampleStream(_Model(pair, direction), seed,
+                                  monte_carlo.check_chunk_size(chunk_size), progress)
+
+
+def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
+                   num_samples: int, seed: monte_carlo.SeedLike,
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> DeltaEstimate:
+  """δ̂ of both directions at (σ, ε) from `num_samples` samples each."""
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  eps = _checks.check_positive("epsilon", epsilon)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  seeds = _direction_seeds(seed)
+  out = {}
+  for d in DIRECTIONS:
+    stats = monte_carlo.streaming_stats(_stream(pair, d, seeds[d], chunk_size), m, sigma, eps)
+    mean, se = stats.mean_and_se(m)
+    out[d] = DirectionEstimate(d, mean, se, m, stats.num_tail)
+  return DeltaEstimate(eps, sigma, out[REMOVE], out[ADD])
+
+
+def sample_privacy_loss(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
+                        seed: monte_carlo.SeedLike, direction: str = REMOVE,
+                        chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
+  """m privacy-loss samples of one direction (log L_up under P, or log L_low under Q), the
+  same sample `estimate_delta` uses for that direction."""
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  stream = _stream(pair, direction, _direction_seeds(seed)[direction], chunk_size)
+  return np.concatenate([stream.model.losses(rows, 1.0 / sigma) for rows in stream.chunks(m)])
+
+
+def unamplified_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: float) -> float:
+  """σ for (ε, δ) without amplification: the Gaussian mechanism at the min-sep sensitivity."""
+  return zcdp.noise_multiplier_for_epsilon(pair.sensitivity, epsilon, delta)
+
+
+def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: float,
+                               num_samples: int, seed: monte_carlo.SeedLike,
+                               chunk_size: int = DEFAULT_CHUNK_SIZE,
+                               rtol: float = 1e-6) -> monte_carlo.Calibration:
+  """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d."""
+  eps = _checks.check_positive("epsilon", epsilon)
+  dlt = _checks.check_open_unit("delta", delta)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  if m * dlt < 1.0:
+    raise ValueError(
+        f"`num_samples` must be at least 1/delta = {1.0 / dlt:.4g} for a Monte Carlo estimate "
+        f"of delta = {dlt!r}; got {m}. Use num_samples >= {int(100.0 / dlt)} (about "
+        "100/delta) or a larger delta.")
+  progress = resources.Progress(f"b-min-sep Monte Carlo calibration of σ ({m} samples x 2)",
+                                2 * _CALIBRATION_PASSES * m)
+  seeds = _direction_seeds(seed)
+  sigma_unamp = unamplified_noise_multiplier(pair, epsilon=eps, delta=dlt)
+  results, passes = {}, 0.0
+  for d in DIRECTIONS:
+    if noiseless_delta(pair, d, eps) <= dlt:  # This direction holds at any σ.
+      results[d] = dict(noise_multiplier=0.0, delta_hat=0.0, delta_standard_error=0.0,
+                        noise_multiplier_standard_error=0.0, num_tail_samples=0)
+      continue
+    stream = _stream(pair, d, seeds[d], chunk_size, progress)
+    sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma_unamp, rtol)
+    stats = ev.stats(sigma, derivative=True)
+    mean, se = stats.mean_and_se(m)
+    slope = abs(stats.sum_df / m)
+    results[d] = dict(noise_multiplier=float(sigma), delta_hat=mean, delta_standard_error=se,
+                      noise_multiplier_standard_error=se / slope if slope > 0 else math.inf,
+                      num_tail_samples=stats.num_tail)
+    passes += ev.passes
+  progress.finish()
+  if all(results[d]["noise_multiplier"] == 0.0 for d in DIRECTIONS):
+    raise ValueError(
+        f"Under this b-min-sep sampling a client takes part with probability "
+        f"{1.0 - math.exp(_log_never(pair.sampling)):.3g} at all, which is (ε = {eps:g}, δ = "
+        f"{dlt:g})-DP without any noise; raise the sampling probability or the rounds, or "
+        "lower δ.")
+  worst = max(DIRECTIONS, key=lambda d: results[d]["noise_multiplier"])
+  r = results[worst]
+  return monte_carlo.Calibration(
+      noise_multiplier=r["noise_multiplier"], epsilon=eps, delta=dlt, delta_hat=r["delta_hat"],
+      delta_standard_error=r["delta_standard_error"],
+      noise_multiplier_standard_error=r["noise_multiplier_standard_error"], num_samples=m,
+      num_tail_samples=r["num_tail_samples"], unamplified_noise_multiplier=sigma_unamp,
+      num_passes=passes, direction=worst, by_direction=results)
+
+
+def _log_never(sampling: BMinSepSampling) -> float:
+  """log P[S = ∅]: the client never takes part."""
+  return float(_log_likelihood_ratio_logspace(sampling, np.full((1, sampling.rounds), -1e6))[0])
+
+
+def noiseless_delta(pair: BMinSepPair, direction: str, epsilon: float) -> float:
+  """The limit of a direction's δ(ε) as σ → 0: P[S ≠ ∅] (remove) and (1 − e^ε P[S = ∅])_+
+  (add, since P >= P[S = ∅] Q). When it is at most δ the direction needs no noise."""
+  never = math.exp(_log_never(pair.sampling))
+  if direction == REMOVE:
+    return 1.0 - never
+  return max(0.0, 1.0 - math.exp(epsilon) * never)
+
+
+def epsilon_tails(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
+                  seed: monte_carlo.SeedLike, chunk_size: int = DEFAULT_CHUNK_SIZE
+                  ) -> list[np.ndarray]:
+  """The positive privacy losses at σ of each direction's sample (log L_up under P; −log
+  L_low under Q), for `monte_carlo.epsilon_on_tails`: ε for a given σ on fixed samples."""
+  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
+  m = _checks.check_positive_int("num_samples", num_samples)
+  progress = resources.Progress(f"b-min-sep Monte Carlo ε ({m} samples x 2)", 2 * m)
+  seeds = _direction_seeds(seed)
+  out = []
+  for direction, sign in ((REMOVE, 1.0), (ADD, -1.0)):
+    stream = _stream(pair, direction, seeds[direction], chunk_size, progress)
+    parts = []
+    for rows in stream.chunks(m):
+      v = sign * stream.model.losses(rows, 1.0 / sigma)
+      parts.append(v[v > 0.0])
+    out.append(np.concatenate(parts))
+  progress.finish()
+  return out
+
+
+def calibrate_epsilon(pair: BMinSepPair, *, noise_multiplier: float, delta: float,
+                      num_samples: int, seed: monte_carlo.SeedLike,
+                      chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[float, float, float]:
+  """(ε*, δ̂(ε*), its standard error): the smallest ε with max_d δ̂_d(ε) <= δ on the
+  samples at σ."""
+  d = _checks.check_open_unit("delta", delta)
+  tails = epsilon_tails(pair, noise_multiplier=noise_multiplier, num_samples=num_samples,
+                        seed=seed, chunk_size=chunk_size)
+  upper = zcdp.matrix_mechanism_guarantee(pair.sensitivity, noise_multiplier, d).epsilon
+  return monte_carlo.epsilon_on_tails(tails, num_samples, d, upper)
+
+
+def estimate_verify_release(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
+                            delta: float, seed: monte_carlo.SeedLike,
+                            delta_verify: float | None = None, num_samples: int | None = None,
+                            chunk_size: int = DEFAULT_CHUNK_SIZE
+                            ) -> verification.VerificationResult:
+  """Alg. 1 of paper 003 on both directions, each on a fresh sample of `num_samples`
+  (default and minimum: what Thm 2.1 needs): verified iff both δ̂ <= δ_verify. Were the true
+  δ(ε) of either direction above δ, its check would pass with probability at most the
+  Chernoff bound, so the release is (ε, δ)-DP. The result reports the worse direction."""
+  sigma, eps, d, dv, need, m = verification.check_verification(
+      noise_multiplier, epsilon, delta, delta_verify, num_samples)
+  progress = resources.Progress(f"b-min-sep Monte Carlo verification ({m} samples x 2)", 2 * m)
+  seeds = _direction_seeds(seed)
+  found = {}
+  for direction in DIRECTIONS:
+    stats = monte_carlo.streaming_stats(
+        _stream(pair, direction, seeds[direction], chunk_size, progress), m, sigma, eps)
+    found[direction] = (stats, *stats.mean_and_se(m))
+    if found[direction][1] > dv:
+      break  # Fails already: the other direction cannot make it pass.
+  progress.finish()
+  direction = max(found, key=lambda k: found[k][1])
+  stats, mean, se = found[direction]
+  return verification.VerificationResult(
+      verified=bool(all(v[1] <= dv for v in found.values()) and len(found) == 2),
+      epsilon=eps, delta=d, delta_verify=dv, noise_multiplier=sigma, delta_hat=mean,
+      standard_error=se, num_tail_samples=stats.num_tail, num_samples=m,
+      required_num_samples=need,
+      failure_probability=verification.verification_failure_probability(m, dv, d))
