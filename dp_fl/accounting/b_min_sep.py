@@ -264,7 +264,7 @@ def _dense(matrix: Any, toeplitz_coefs: Any, n: int) -> tuple[np.ndarray, Option
 def _cross_bound(gram: np.ndarray, b: int) -> np.ndarray:
   """M_t = max over sets T of rounds pairwise >= b apart and >= b from t of Σ_{s∈T} G_ts.
 
-  For any pattern S ∋ t, S \ {t} is such a set, so 1_Sᵀ G 1_S <= Σ_{t∈S} (G_tt + M_t) (G >= 0).
+  For any pattern S ∋ t, S without t is such a set, so 1_Sᵀ G 1_S <= Σ_{t∈S} (G_tt + M_t) (G >= 0).
   The two sides of t are independent: best[t, s] = max(best[t, s-1], G_ts + best[t, s-b]) over
   s <= t - b (the weights of the rounds allowed), and the same from the right; O(n²).
   """

@@ -68,6 +68,103 @@ class PoissonScheduler(base.Scheduler):
     return cls(config["num_clients"], config["sampling_probability"], config["seed"])
 
 
+class BMinSepScheduler(base.Scheduler):
+  """b-min-sep sampling (Dong & Ganesh 2026, Alg. 1 / Alg. 2).
+
+  A client that took part in row t of C is ineligible for rows t + 1, ..., t + b - 1; in
+  every row it is eligible for, it is sampled independently with probability p (b = 1:
+  Poisson sampling). Warm start (their Alg. 2): each client's first eligible row is drawn
+  once from the chain's stationary law (0 with probability 1 / (1 + (b - 1) p), else
+  uniform on 1..b-1), so the expected cohort is the stationary p N / (1 + (b - 1) p) from the
+  first round; otherwise (their Alg. 1) every client is eligible at row 0. Clients of a
+  discarded round wait like the others (the rule counts rows; the next draw is for the same
+  row). Cohorts vary; an empty one is still run (its noise is released), as under Poisson.
+  The denominator is the stationary expected cohort.
+
+  Args:
+    num_clients: population N.
+    min_sep: b >= 1.
+    sampling_probability: p in (0, 1].
+    seed: the warm start and every round's draws derive from it (secret in private runs).
+    warm_start: see above.
+  """
+
+  KIND = "BMinSepScheduler"
+
+  def __init__(self, num_clients: int, min_sep: int, sampling_probability: float, seed: int,
+               warm_start: bool = True):
+    super().__init__(num_clients, seed)
+    self._min_sep = _checks.check_positive_int("min_sep", min_sep)
+    self._p = _checks.check_half_open_unit("sampling_probability", sampling_probability)
+    self._warm_start = bool(warm_start)
+    self._eligible_from = np.zeros(self._num_clients, dtype=np.int64)
+    if self._warm_start and self._min_sep > 1:
+      b, p = self._min_sep, self._p
+      law = np.full(b, p / (1.0 + (b - 1) * p))
+      law[0] = 1.0 / (1.0 + (b - 1) * p)
+      rng = self._rng(base.STREAM_BINS, 0)
+      self._eligible_from = rng.choice(b, size=self._num_clients, p=law).astype(np.int64)
+
+  @property
+  def enforced_min_separation(self) -> int:
+    return self._min_sep
+
+  @property
+  def min_sep(self) -> int:
+    return self._min_sep
+
+  @property
+  def sampling_probability(self) -> float:
+    return self._p
+
+  @property
+  def warm_start(self) -> bool:
+    return self._warm_start
+
+  @property
+  def expected_cohort_size(self) -> float:
+    """p N / (1 + (b - 1) p): the stationary expected cohort."""
+    return self._p * self._num_clients / (1.0 + (self._min_sep - 1) * self._p)
+
+  def eligible(self, round_index: int) -> np.ndarray:
+    """Whether each client may be sampled in row `round_index`."""
+    return self._eligible_from <= round_index
+
+  def _select(self, round_index, draw_index):
+    rng = self._rng(base.STREAM_SELECT, draw_index)
+    sampled = rng.random(self._num_clients) < self._p
+    eligible = self.eligible(round_index)
+    ids = np.nonzero(eligible & sampled)[0].astype(np.int64)
+    return base.RoundSelection(round_index=round_index, client_ids=ids,
+                               denominator=self.expected_cohort_size,
+                               num_candidates=int(np.count_nonzero(eligible)))
+
+  def _apply(self, selection):
+    self._eligible_from[selection.client_ids] = selection.round_index + self._min_sep
+
+  def _config(self):
+    return {"num_clients": self._num_clients, "min_sep": self._min_sep,
+            "sampling_probability": self._p, "seed": self._seed,
+            "warm_start": self._warm_start}, {}
+
+  @classmethod
+  def _from_config(cls, config, arrays):
+    del arrays
+    return cls(config["num_clients"], config["min_sep"], config["sampling_probability"],
+               config["seed"], config["warm_start"])
+
+  def _dynamic_state(self):
+    return {}, {"eligible_from": self._eligible_from}
+
+  def _set_dynamic_state(self, meta, arrays):
+    del meta
+    value = arrays["eligible_from"]
+    if value.shape != (self._num_clients,):
+      raise ValueError(f"`state` array 'eligible_from' has shape {value.shape}; expected "
+                       f"({self._num_clients},).")
+    self._eligible_from = value.astype(np.int64, copy=True)
+
+
 class CyclicPoissonScheduler(base.Scheduler):
   """Cyclic Poisson sampling (Choquette-Choo et al. 2023, amplified BandMF).
 

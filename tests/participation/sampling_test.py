@@ -224,5 +224,72 @@ class TestUniformAndCyclic:
       sampling.UniformScheduler(5, 2, seed=-1)
 
 
+# ---------------------------------------------------------------- b-min-sep
+
+
+def _scheduler_patterns(scheduler, rounds):
+  patterns = np.zeros((scheduler.num_clients, rounds), dtype=bool)
+  for t in range(rounds):
+    patterns[scheduler.next_round().client_ids, t] = True
+  return patterns
+
+
+@pytest.mark.parametrize("b,p,warm", [(1, 0.3, True), (3, 0.4, True), (3, 0.4, False),
+                                      (2, 1.0, True)])
+def test_b_min_sep_realizes_the_chain_the_accounting_analyses(b, p, warm):
+  from dp_fl.accounting import b_min_sep  # pylint: disable=import-outside-toplevel
+  n, clients = 6, 30000
+  scheduler = sampling.BMinSepScheduler(clients, b, p, seed=3, warm_start=warm)
+  got = _scheduler_patterns(scheduler, n)
+  want = b_min_sep.BMinSepSampling(n, b, p, warm_start=warm).sample_patterns(
+      np.random.default_rng(1), clients)
+
+  def law(patterns):
+    keys, counts = np.unique(np.packbits(patterns, axis=1), axis=0, return_counts=True)
+    return {bytes(k): c / patterns.shape[0] for k, c in zip(keys, counts)}
+
+  got_law, want_law = law(got), law(want)
+  assert set(got_law) == set(want_law)
+  for key, q in want_law.items():
+    assert got_law[key] == pytest.approx(q, abs=5 * np.sqrt(2 * q / clients) + 1e-4)
+  realized = scheduler.realized()
+  if b > 1:
+    assert realized.min_separation >= b
+  assert scheduler.enforced_min_separation == b
+
+
+def test_b_min_sep_cohorts_vary_around_the_stationary_expectation():
+  scheduler = sampling.BMinSepScheduler(5000, 4, 0.2, seed=9)
+  sizes = [scheduler.next_round().cohort_size for _ in range(40)]
+  assert scheduler.expected_cohort_size == pytest.approx(5000 * 0.2 / 1.6)
+  assert np.mean(sizes) == pytest.approx(scheduler.expected_cohort_size, rel=0.05)
+  assert len(set(sizes)) > 5
+  pure = sampling.BMinSepScheduler(5000, 4, 0.2, seed=9, warm_start=False)
+  assert pure.next_round().cohort_size == pytest.approx(1000, rel=0.1)  # p N at round 0.
+
+
+def test_b_min_sep_resumes_bitwise_and_discards_keep_the_separation():
+  scheduler = sampling.BMinSepScheduler(300, 3, 0.5, seed=4)
+  for _ in range(5):
+    scheduler.next_round()
+  selection = scheduler.select_round()
+  scheduler.discard(selection)  # Its clients wait like the others.
+  assert not np.any(scheduler.eligible(selection.round_index)[selection.client_ids])
+  blob = scheduler.to_bytes()
+  restored = sampling.BMinSepScheduler.from_bytes(blob)
+  for _ in range(8):
+    a, b = scheduler.next_round(), restored.next_round()
+    np.testing.assert_array_equal(a.client_ids, b.client_ids)
+  assert scheduler.realized().min_separation >= 3
+  assert restored.to_bytes() == scheduler.to_bytes()
+
+
+def test_b_min_sep_bad_settings_are_named():
+  with pytest.raises(ValueError, match="min_sep"):
+    sampling.BMinSepScheduler(10, 0, 0.5, seed=1)
+  with pytest.raises(ValueError, match="sampling_probability"):
+    sampling.BMinSepScheduler(10, 2, 1.5, seed=1)
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
