@@ -168,7 +168,10 @@ class MonteCarloRelease:
       batching = (f"b-min-sep sampling (b = {s.get('min_sep')}, p = "
                   f"{s.get('sampling_probability', math.nan):.4g}, "
                   f"{'warm start' if s.get('warm_start') else 'pure'}, {self.rounds} rounds)")
-      pair_ref = "the b-min-sep pair (Dong & Ganesh 2026), both directions"
+      pair_ref = ("the b-min-sep pair (Dong & Ganesh 2026), both directions"
+                  + ("" if s.get("exact_likelihood_ratio", True) else
+                     "; C's rounds b apart share rows, so its likelihood ratio is bounded "
+                     "(cross terms), a conservative δ"))
     else:
       batching = (f"balls-in-bins batching ({self.num_bins} bins, {self.rounds} rounds = "
                   f"{self.num_epochs} epoch{'s' if self.num_epochs > 1 else ''})")
@@ -289,7 +292,8 @@ def _release(pair, ver, solved_for, required, seeds, margin, calibration_value,
   """The record of a release whose verification `ver` (Alg. 1) ran."""
   engine = _engine(pair)
   if engine is b_min_sep:
-    scheme, schedule, bins, epochs = B_MIN_SEP, pair.sampling.to_dict(), 0, 0
+    scheme, bins, epochs = B_MIN_SEP, 0, 0
+    schedule = dict(pair.sampling.to_dict(), exact_likelihood_ratio=pair.exact)
   else:
     scheme, schedule, bins, epochs = BALLS_IN_BINS, None, pair.num_bins, pair.num_epochs
   return MonteCarloRelease(

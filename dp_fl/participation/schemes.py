@@ -36,6 +36,7 @@ from typing import Any, Mapping, Optional, Sequence
 from dp_fl import _checks
 from dp_fl import settings as settings_lib
 from dp_fl.accounting import amplification
+from dp_fl.accounting import b_min_sep
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base
 from dp_fl.participation import checkpoint
@@ -113,6 +114,24 @@ class PoissonSettings:
       _checks.check_half_open_unit("population_sampling_rate", self.population_sampling_rate)
 
 
+@dataclasses.dataclass(frozen=True)
+class BMinSepSettings:
+  """b-min-sep sampling (Dong & Ganesh 2026): p, and whether the chain starts warm."""
+  sampling_probability: Optional[float] = _setting(
+      None, "b-min-sep: p, the chance an eligible client is sampled in a round (default: the "
+      "p whose stationary expected cohort is --clients_per_round)", privacy=True)
+  warm_start: bool = _setting(
+      True, "b-min-sep: start each client's eligibility chain in its stationary law, so the "
+      "expected cohort is the same from round 0 (False: everyone eligible at round 0)",
+      privacy=True)
+
+  def __post_init__(self):
+    if self.sampling_probability is not None:
+      _checks.check_half_open_unit("sampling_probability", self.sampling_probability)
+    if not isinstance(self.warm_start, bool):
+      raise ValueError(f"`warm_start` must be true or false; got {self.warm_start!r}.")
+
+
 # ---------------------------------------------------------------------------------------
 # The amplification analyses of DP-FTRL a scheme's sampling gives (functions of the
 # mechanism in dp_fl/accounting/amplification.py; the training tier adds the run's
@@ -131,6 +150,10 @@ class BallsInBinsAmplification:
     """b = ⌊N / m⌋ (at least 1)."""
     return max(1, num_clients // config.clients_per_round)
 
+  def key(self, config: Any, num_clients: int) -> int:
+    """What the Monte Carlo release depends on besides C, n and δ (its cache key)."""
+    return self.num_bins(config, num_clients)
+
   def pair(self, config: Any, mechanism: Any, num_clients: int) -> Any:
     """The dominating pair of the run's C over its planned rounds."""
     return amplification.balls_in_bins_pair(
@@ -140,6 +163,45 @@ class BallsInBinsAmplification:
     """Raises ValueError for a C Lemma 3.2 does not cover."""
     del config, num_clients
     mechanism.lower_triangular_input(1)
+
+
+class BMinSepAmplification:
+  """b-min-sep sampling (Dong & Ganesh 2026): b = `--min_sep`, p = `--sampling_probability`
+  or the p whose stationary expected cohort p N / (1 + (b − 1) p) is m; any non-negative
+  lower-triangular C (`dp_fl/accounting/b_min_sep.py`)."""
+
+  name = amplification.B_MIN_SEP
+
+  @staticmethod
+  def sampling_probability(config: Any, num_clients: int) -> float:
+    p = config.participation_settings.sampling_probability
+    if p is not None:
+      return float(p)
+    return b_min_sep.BMinSepSampling.probability_for_rate(
+        config.clients_per_round / num_clients, config.min_sep)
+
+  def sampling(self, config: Any, num_clients: int) -> b_min_sep.BMinSepSampling:
+    return b_min_sep.BMinSepSampling(
+        config.rounds, config.min_sep, self.sampling_probability(config, num_clients),
+        warm_start=config.participation_settings.warm_start)
+
+  def key(self, config: Any, num_clients: int) -> str:
+    """What the Monte Carlo release depends on besides C, n and δ (its cache key)."""
+    s = self.sampling(config, num_clients)
+    return f"b_min_sep:b={s.min_sep}:p={s.sampling_probability!r}:warm={s.warm_start}"
+
+  def pair(self, config: Any, mechanism: Any, num_clients: int) -> Any:
+    """The dominating pair of the run's C over its planned rounds."""
+    return amplification.b_min_sep_pair(mechanism, self.sampling(config, num_clients))
+
+  def check(self, config: Any, mechanism: Any, num_clients: int) -> None:
+    """Raises ValueError for a C or settings the analysis does not cover."""
+    mechanism.lower_triangular_input(1)
+    self.sampling(config, num_clients)
+    if config.rounds > b_min_sep.MAX_ROUNDS:
+      raise ValueError(
+          f"--participation=b_min_sep accounts at most {b_min_sep.MAX_ROUNDS} rounds (its "
+          f"Monte Carlo builds the n x n Gram matrix of C); got --rounds={config.rounds}.")
 
 
 class CyclicPoissonAmplification:
@@ -349,6 +411,29 @@ class CyclicPoissonScheme(Scheme):
         self.amplification.sampling_probability(config, num_clients), seed)
 
 
+class BMinSepScheme(Scheme):
+  name = "b_min_sep"
+  description = ("b-min-sep sampling: ineligible for --min_sep - 1 rounds after taking part, "
+                 "then sampled with probability p (Dong & Ganesh 2026)")
+  settings_type = BMinSepSettings
+  variable_cohorts = True
+  analysis = amplification.B_MIN_SEP
+  amplification = BMinSepAmplification()
+  accounts = frozenset({CORRELATED, NOT_PRIVATE})
+
+  def build(self, config, settings, num_clients, seed):
+    return sampling.BMinSepScheduler(
+        num_clients, config.min_sep, self.amplification.sampling_probability(
+            config, num_clients), seed, warm_start=settings.warm_start)
+
+  def expected_cohort(self, config, num_clients):
+    """p N / (1 + (b − 1) p): the stationary expected cohort (m unless p is given)."""
+    return self.amplification.sampling(config, num_clients).participation_rate * num_clients
+
+  def rule_separation(self, config):
+    return config.min_sep
+
+
 class UniformScheme(Scheme):
   name = "uniform"
   description = "m distinct clients uniformly at random, independently every round"
@@ -391,6 +476,7 @@ for _entry in (
     PoissonScheme(), BallsInBinsScheme(), CyclicPoissonScheme(), UniformScheme(),
     CyclicScheme()):
   register(_entry)
+register(BMinSepScheme(), sampling.BMinSepScheduler)
 
 
 def names() -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Amplified accounting of DP-FTRL runs: `--participation=balls_in_bins` and `cyclic_poisson`.
+"""Amplified accounting of DP-FTRL runs: `--participation=balls_in_bins`, `b_min_sep` and
+`cyclic_poisson`.
 
 The registry (`registry.DpFtrlEntry`) hands σ calibration and the run's accountant to the
 `Amplification` of the run's participation scheme, when its entry has an amplification
@@ -10,6 +11,9 @@ analysis (`of(scheme)`; the analyses, functions of the mechanism shared with
   epochs. σ for a target ε, or ε for a given σ, by Monte Carlo on the dominating pair of the
   run's C (Lemma 3.2), released by Estimate-Verify-Release (Alg. 1-2) at
   δ_verify = δ / 2 with the sample size Thm 2.1 needs.
+* `BMinSep` (Dong & Ganesh 2026): b = `--min_sep`, p = `--sampling_probability` or the p whose
+  stationary expected cohort is m; the same Monte Carlo release on its dominating pair (both
+  directions of adjacency; exact for a C whose rounds b apart share no row, a bound otherwise).
 * `CyclicPoisson` (Choquette-Choo et al. 2023): G = `--min_sep` groups, rate q = mG / N in
   the round's group; for C with at most G bands (BandMF with bands <= min_sep; DP-SGD) ε is
   ⌈n / G⌉ compositions of the Poisson-subsampled Gaussian (PLD, RDP).
@@ -34,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from dp_fl import files
 from dp_fl.accounting import amplification
-from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import report as report_lib
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import sensitivity as sensitivity_lib
@@ -161,15 +164,24 @@ class AmplifiedAccountant(privacy_lib.Accountant):
 # Balls-in-bins (paper 003).
 
 
-class BallsInBins(Amplification):
-  """Balls-in-bins batching with Monte Carlo accounting (paper 003, Alg. 1-2)."""
+class MonteCarlo(Amplification):
+  """A scheme accounted by a Monte Carlo release (paper 003, Alg. 1-2) on its dominating
+  pair: balls-in-bins, b-min-sep. Subclasses say what the report states of the sampling."""
 
-  def pair(self, config, mechanism, num_clients) -> balls_in_bins.BallsInBinsPair:
+  def pair(self, config, mechanism, num_clients) -> amplification.MonteCarloPair:
     return self.analysis.pair(config, mechanism, num_clients)
 
   def _key(self, config, mechanism, num_clients, solved_for, value) -> tuple:
-    return (self.analysis.num_bins(config, num_clients), config.rounds, config.delta,
+    return (self.analysis.key(config, num_clients), config.rounds, config.delta,
             catalog.mechanism_digest(mechanism), solved_for, float(value))
+
+  @abc.abstractmethod
+  def _assumption(self, config, release: amplification.MonteCarloRelease) -> str:
+    """What the guarantee assumes of the sampling (the report's words)."""
+
+  @abc.abstractmethod
+  def _schedule_details(self, release: amplification.MonteCarloRelease) -> dict[str, Any]:
+    """The analysed schedule's parameters for the report."""
 
   @staticmethod
   def _seed(config) -> Optional[int]:
@@ -193,7 +205,7 @@ class BallsInBins(Amplification):
               saved.get("calibrated_for"))
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise ValueError(
-          f"{path} is not a readable balls-in-bins release ({e}); it is this run directory's "
+          f"{path} is not a readable {self.name} release ({e}); it is this run directory's "
           "privacy accounting. Restore it, or start a new run in another --root_dir.") from e
 
   def _settings(self, config, mechanism, num_clients) -> tuple:
@@ -241,7 +253,7 @@ class BallsInBins(Amplification):
       key, release, calibrated_for = saved
       if key[:4] != settings or release.noise_multiplier != config.noise_multiplier:
         raise ValueError(
-            f"{os.path.join(config.root_dir, AMPLIFICATION_FILE)} holds the balls-in-bins "
+            f"{os.path.join(config.root_dir, AMPLIFICATION_FILE)} holds the {self.name} "
             f"release of other settings (σ {release.noise_multiplier}, key {list(key)}) than "
             f"this run's (σ {config.noise_multiplier}, {list(settings)}). Resume with the "
             "run's own settings, or start a new run in another --root_dir.")
@@ -271,15 +283,9 @@ class BallsInBins(Amplification):
   def accountant(self, config, mechanism, num_clients):
     key, release, calibrated_for = self._release_for_run(config, mechanism, num_clients)
     save_release(config.root_dir, key, release, calibrated_for)
-    b = release.num_bins
-    assumption = (
-        f"each client was put into one of b = {b} bins uniformly at random, once, secretly; "
-        f"round t used bin t mod {b} ({release.rounds} rounds = {release.num_epochs} "
-        f"epoch(s); bins padded or truncated to {config.clients_per_round} clients, paper "
-        "003 Sec. 5.2.1). The guarantee holds for a production system only if it batches "
-        "the same way, with randomness nobody else knows.")
-    details = {
-        "bins": b, "epochs": release.num_epochs, "rounds_analysed": release.rounds,
+    details = dict(self._schedule_details(release))
+    details.update({
+        "rounds_analysed": release.rounds,
         "monte_carlo_samples": release.num_samples,
         "delta_verify": release.delta_verify,
         "verification_delta_hat": release.verification_delta_hat,
@@ -287,17 +293,63 @@ class BallsInBins(Amplification):
         "failure_probability": release.failure_probability,
         "solved_for": release.solved_for, "verified": release.verified,
         "cached_in": AMPLIFICATION_FILE,
-    }
-    method = (f"Monte Carlo on the dominating pair (paper 003, Lemma 3.2), Estimate-Verify-"
+    })
+    method = (f"Monte Carlo on the dominating pair ({self._pair_reference}), Estimate-Verify-"
               f"Release at {release.num_samples} samples, failure probability <= "
               f"{release.failure_probability:.2g} inside δ")
     # The release covers the planned rounds; a prefix releases less (post-processing).
     return AmplifiedAccountant(
         self.name, config, mechanism, lambda rounds: release.epsilon, details, method,
-        assumption, verified=release.verified,
+        self._assumption(config, release), verified=release.verified,
         not_verified=("Estimate-Verify-Release returned ⊥ (the verification sample's δ̂ "
                       f"{release.verification_delta_hat:.3g} exceeded δ_verify "
                       f"{release.delta_verify:.3g})"))
+
+
+class BallsInBins(MonteCarlo):
+  """Balls-in-bins batching with Monte Carlo accounting (paper 003, Alg. 1-2)."""
+
+  _pair_reference = "paper 003, Lemma 3.2"
+
+  def _assumption(self, config, release):
+    b = release.num_bins
+    return (
+        f"each client was put into one of b = {b} bins uniformly at random, once, secretly; "
+        f"round t used bin t mod {b} ({release.rounds} rounds = {release.num_epochs} "
+        f"epoch(s); bins padded or truncated to {config.clients_per_round} clients, paper "
+        "003 Sec. 5.2.1). The guarantee holds for a production system only if it batches "
+        "the same way, with randomness nobody else knows.")
+
+  def _schedule_details(self, release):
+    return {"bins": release.num_bins, "epochs": release.num_epochs}
+
+
+class BMinSep(MonteCarlo):
+  """b-min-sep sampling with Monte Carlo accounting (Dong & Ganesh 2026; both directions of
+  adjacency, `dp_fl/accounting/b_min_sep.py`)."""
+
+  _pair_reference = ("b-min-sep, Dong & Ganesh 2026: the eligibility chain's dynamic "
+                     "program, both directions of adjacency")
+
+  def _assumption(self, config, release):
+    s = release.schedule
+    start = ("each client's first eligible round drawn once from the chain's stationary law"
+             if s["warm_start"] else "every client eligible at round 0")
+    return (
+        f"after taking part in a round a client was ineligible for the next "
+        f"{s['min_sep'] - 1} round(s) (b = {s['min_sep']}); in every round it was eligible "
+        f"for it was sampled independently with probability p = "
+        f"{s['sampling_probability']:.6g}, secretly ({start}); every eligible client could "
+        "be sampled (no availability filter), and a round with no client still released its "
+        "noise. The guarantee holds for a production system only if it samples the same "
+        "way, with randomness nobody else knows.")
+
+  def _schedule_details(self, release):
+    s = release.schedule
+    return {"min_sep": s["min_sep"], "sampling_probability": s["sampling_probability"],
+            "warm_start": s["warm_start"],
+            "stationary_participation_rate": s["participation_rate"],
+            "exact_likelihood_ratio": s.get("exact_likelihood_ratio")}
 
 
 def _jsonable(key: tuple) -> tuple:
@@ -384,6 +436,7 @@ def _memo(fn, known: Optional[dict[int, float]] = None, key=lambda rounds: round
 
 
 _TRAINING = {schemes.BallsInBinsAmplification: BallsInBins,
+             schemes.BMinSepAmplification: BMinSep,
              schemes.CyclicPoissonAmplification: CyclicPoisson}
 
 

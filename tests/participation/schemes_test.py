@@ -26,19 +26,24 @@ def _mechanism(name, accounting, banded=False):
 
 def test_the_entries_in_flag_order_with_their_analyses_and_settings():
   assert schemes.names() == ("device_timer", "min_sep_rounds", "poisson", "balls_in_bins",
-                             "cyclic_poisson", "uniform", "cyclic")
-  assert schemes.analyses() == ("min_sep", "poisson", "balls_in_bins", "cyclic_poisson")
-  assert schemes.analyses(schemes.CORRELATED) == ("min_sep", "balls_in_bins", "cyclic_poisson")
+                             "cyclic_poisson", "uniform", "cyclic", "b_min_sep")
+  assert schemes.analyses() == ("min_sep", "poisson", "balls_in_bins", "cyclic_poisson",
+                                "b_min_sep")
+  assert schemes.analyses(schemes.CORRELATED) == ("min_sep", "balls_in_bins", "cyclic_poisson",
+                                                  "b_min_sep")
   assert list(schemes.setting_fields()) == ["timer_hours", "round_hours", "availability",
-                                            "population_sampling_rate"]
+                                            "population_sampling_rate", "sampling_probability",
+                                            "warm_start"]
   assert schemes.readers("round_hours") == ("device_timer", "min_sep_rounds")
   assert schemes.readers("population_sampling_rate") == ("poisson",)
+  assert schemes.readers("sampling_probability") == ("b_min_sep",)
   assert schemes.readers("bands") == ()
   privacy = {n: f.metadata["privacy"] for n, f in schemes.setting_fields().items()}
   assert privacy == {"timer_hours": False, "round_hours": False, "availability": False,
-                     "population_sampling_rate": True}
+                     "population_sampling_rate": True, "sampling_probability": True,
+                     "warm_start": True}
   assert [n for n, s in schemes.SCHEMES.items() if s.variable_cohorts] == [
-      "poisson", "cyclic_poisson"]
+      "poisson", "cyclic_poisson", "b_min_sep"]
   for name, entry in schemes.SCHEMES.items():
     assert entry.name == name and entry.description
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -47,7 +52,7 @@ def test_the_entries_in_flag_order_with_their_analyses_and_settings():
 
 def test_unknown_names_and_bad_settings_fail_naming_the_flag():
   with pytest.raises(ValueError, match=r"`participation` must be one of \('device_timer', "
-                     r"'min_sep_rounds', .*'cyclic'\); got 'round_robin'\."):
+                     r"'min_sep_rounds', .*'b_min_sep'\); got 'round_robin'\."):
     schemes.scheme("round_robin")
   with pytest.raises(ValueError, match=r"`availability` must be one of \('always', "
                      r"'diurnal'\); got 'sometimes'"):
@@ -74,7 +79,7 @@ def test_builders_cohorts_and_the_separation_asked_of_the_scheduler():
     expected = schemes.scheme(name).expected_cohort(config, n)
     assert expected == pytest.approx(config.clients_per_round)  # q = m / N: qN = m.
     rule = schemes.scheme(name).rule_separation(config)
-    if name == "min_sep_rounds":  # A timer in rows of C: the scheduler's own formula.
+    if name in ("min_sep_rounds", "b_min_sep"):  # A rule in rows of C: the scheduler's own.
       assert rule == scheduler.enforced_min_separation == config.min_sep
     else:
       assert rule is None
@@ -91,6 +96,15 @@ def test_builders_cohorts_and_the_separation_asked_of_the_scheduler():
   assert groups.num_groups == 3 and groups.sampling_probability == pytest.approx(0.2)
   with pytest.raises(ValueError, match=r"q = m·G/N = 4·3/10 = 1\.2 > 1"):
     schemes.scheme("cyclic_poisson").scheduler(_config("cyclic_poisson"), 10, 1)
+  # b-min-sep: p from the expected cohort (stationary p N / (1 + (b − 1) p) = m), or given.
+  bms = schemes.scheme("b_min_sep").scheduler(_config("b_min_sep"), n, 1)
+  assert bms.min_sep == 3 and bms.sampling_probability == pytest.approx(4 / (60 - 2 * 4))
+  assert bms.expected_cohort_size == pytest.approx(4.0)
+  given = _config("b_min_sep", sampling_probability=0.5, warm_start=False)
+  assert schemes.scheme("b_min_sep").expected_cohort(given, n) == pytest.approx(30 / 2)
+  assert not schemes.scheme("b_min_sep").scheduler(given, n, 1).warm_start
+  with pytest.raises(ValueError, match=r"at most 1/3 .*--clients_per_round or --min_sep"):
+    schemes.scheme("b_min_sep").scheduler(_config("b_min_sep"), 11, 1)
 
 
 def test_refusals_name_the_fix():

@@ -1,0 +1,90 @@
+"""Training under `--participation=b_min_sep` (issue #44): σ calibrated for a target ε by the
+b-min-sep Monte Carlo release, the run's report checked by a brute-force audit from its
+checkpoint (every participation pattern enumerated, the true likelihood ratio), a resume
+bitwise, and the amplified claim withdrawn after a discarded round."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from dp_fl.execution import runtime
+from dp_fl.participation import ledger as ledger_lib
+from dp_fl.participation import schemes
+from dp_fl.training import amplified
+from dp_fl.training import program
+from tests.training import privacy_audit
+from tests.training import toy_program
+from tests.training import toy_task
+
+NUM_CLIENTS = 12
+DELTA = 1e-3  # A δ whose Estimate-Verify-Release sample (~5e4) keeps the test fast.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tff_execution_context():
+  with runtime.execution_context():
+    yield
+
+
+def _report(root):
+  with open(os.path.join(root, "privacy_report.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize("mechanism", ["blt", "dpsgd"])
+def test_calibrated_run_is_audited_and_resumes_bitwise(tmp_path, mechanism):
+  task = toy_task.make_task(num_clients=NUM_CLIENTS)
+  amplified._RELEASED.clear()  # pylint: disable=protected-access
+
+  def config_for(name):
+    return toy_program.calibrated_config(
+        task, tmp_path / name, mechanism, epsilon=3.0, rounds=8, participation="b_min_sep",
+        min_sep=2, clients_per_round=2, delta=DELTA, checkpoint_every=1, eval_every=8,
+        reproducible_noise_seed=5)  # Whole and split runs draw the same cohorts and noise.
+
+  whole, _ = privacy_audit.check_recipe_run(task, config_for, pauses=(3,))
+  report = _report(tmp_path / "whole")
+  assert report["scheme"] == "b_min_sep" and report["amplified_holds"], report
+  assert report["epsilon_amplified"] == pytest.approx(3.0)
+  assert report["epsilon_amplified"] < report["unamplified"]["epsilon"]
+  assert whole.epsilon == report["epsilon"]
+  details = report["amplified"]
+  assert details["min_sep"] == 2 and details["warm_start"]
+  assert details["exact_likelihood_ratio"] == (mechanism == "dpsgd")
+  # p is the one whose stationary expected cohort is m = 2 of 12 clients.
+  assert details["stationary_participation_rate"] == pytest.approx(2 / NUM_CLIENTS)
+  text = (tmp_path / "whole" / "privacy_report.md").read_text()
+  assert "ineligible for the next 1 round" in text and "secretly" in text
+  assert any("reproducible_noise_seed=5" in c for c in report["caveats"])
+
+
+def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):
+  config = toy_program.toy_config(str(tmp_path), 6, "dpsgd", participation="b_min_sep",
+                                  min_sep=2, clients_per_round=2, noise_multiplier=1.5,
+                                  delta=DELTA)
+  accountant = amplified.of(schemes.scheme("b_min_sep")).accountant(
+      config, program.build_mechanism(config), NUM_CLIENTS)
+  ledger = ledger_lib.ParticipationLedger(NUM_CLIENTS)
+  for r in range(6):  # Client 0 in every round it may take part in: the unamplified worst.
+    ledger.record(r, [0] if r % 2 == 0 else [1])
+  clean = accountant.report(ledger.realized())
+  assert clean.amplified_holds and clean.epsilon == clean.epsilon_amplified
+  assert clean.epsilon_amplified < clean.epsilon_unamplified
+  shifted = accountant.report(dataclasses.replace(ledger.realized(), discarded_draws=1))
+  assert not shifted.amplified_holds and "discarded" in shifted.why_not_amplified
+  assert shifted.epsilon == shifted.epsilon_unamplified > clean.epsilon
+
+
+def test_settings_the_analysis_does_not_cover_are_refused(tmp_path):
+  config = toy_program.toy_config(str(tmp_path), 6, "blt", participation="b_min_sep",
+                                  min_sep=4, clients_per_round=4, delta=DELTA)
+  with pytest.raises(ValueError, match="at most 1/4"):
+    program.calibrate_noise_multiplier(config, 3.0, NUM_CLIENTS)
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
