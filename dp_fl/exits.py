@@ -103,6 +103,16 @@ def describe_os_error(error: OSError) -> str:
   return f"{reason}: {where}. Fix: {fix}."
 
 
+def parse_bool(text: str) -> bool:
+  """An argparse `type` for true/false flags (1/0, yes/no, on/off too)."""
+  lowered = str(text).lower()
+  if lowered in ("1", "true", "yes", "on"):
+    return True
+  if lowered in ("0", "false", "no", "off"):
+    return False
+  raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
+
+
 def add_debug_flag(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--debug", action="store_true",
                       help="print the traceback of any error (for bug reports)")

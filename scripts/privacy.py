@@ -18,6 +18,13 @@ Balls-in-bins batching, σ released by Estimate-Verify-Release (paper 003, Alg. 
   otherwise the script exits with status 1 and says what to change. Seeds come from OS
   entropy unless --seed is given (reproducible research runs); both are printed.
 
+b-min-sep sampling (Dong & Ganesh 2026): a client waits --min_sep - 1 rounds after taking
+part, then is sampled with probability p in every round it is eligible for; σ for
+--target_epsilon or ε for --noise_multiplier, released by Estimate-Verify-Release on both
+directions of adjacency, beside the unamplified min-sep guarantee:
+  .venv/bin/python -m scripts.privacy --sampling=b_min_sep --mechanism=bandmf --rounds=64 \
+      --min_sep=8 --population=1000 --clients_per_round=100 --target_epsilon=4 --delta=1e-4
+
 Cyclic Poisson sampling of a banded C (BandMF, DP-SGD): --min_sep groups, each round
 Poisson-samples its group (Choquette-Choo et al. 2023):
   .venv/bin/python -m scripts.privacy --sampling=cyclic_poisson --mechanism=bandmf \
@@ -41,6 +48,7 @@ from dp_fl import exits
 from dp_fl import resources
 from dp_fl.accounting import amplification
 from dp_fl.accounting import analyses
+from dp_fl.accounting import b_min_sep as b_min_sep_lib
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import verification
 from dp_fl.mechanisms import catalog
@@ -74,6 +82,8 @@ FLAG_RANGES: dict[str, tuple[float, float, bool, str]] = {
     "epochs": (1, 1_000_000, True, "epochs"),
     "batches_per_epoch": (1, 1_000_000, True, "bins per epoch"),
     "mc_samples": (1, 2 ** 53, True, "Monte Carlo samples"),
+    "sampling_probability": (1e-12, 1.0, False,
+                             "p, the chance an eligible client is sampled in a round"),
 }
 
 
@@ -177,6 +187,40 @@ def _balls_in_bins(args: argparse.Namespace) -> dict[str, Any]:
       bands=args.bands)
 
 
+def b_min_sep_release(name, params_in, rounds, min_sep, delta, *, target_epsilon=None,
+                      noise_multiplier=None, sampling_probability=None, population=None,
+                      clients_per_round=None, warm_start=True, buffers=4, mc_samples=None,
+                      seed=None, delta_verify=None,
+                      calibration_margin=DEFAULT_CALIBRATION_MARGIN, bands=None
+                      ) -> dict[str, Any]:
+  """`analyses.b_min_sep`: σ for --target_epsilon, or ε for --noise_multiplier, under
+  b-min-sep sampling, released by Estimate-Verify-Release; the mechanism is built for at
+  most ⌈n/b⌉ participations b apart (or loaded)."""
+  _require(amplification.B_MIN_SEP, mechanism=name, rounds=rounds, min_sep=min_sep,
+           delta=delta)
+  if (target_epsilon is None) == (noise_multiplier is None):
+    raise ValueError("--sampling=b_min_sep needs exactly one of --target_epsilon (σ is "
+                     "released) and --noise_multiplier (ε is released).")
+  if sampling_probability is None:
+    if population is None or clients_per_round is None:
+      raise ValueError(
+          "--sampling=b_min_sep needs --sampling_probability, or --population and "
+          "--clients_per_round (p is then the one whose stationary expected cohort is "
+          "--clients_per_round).")
+    sampling_probability = b_min_sep_lib.BMinSepSampling.probability_for_rate(
+        clients_per_round / population, min_sep)
+  sampling = b_min_sep_lib.BMinSepSampling(rounds, min_sep, sampling_probability,
+                                           warm_start=warm_start)
+  delta_verify, mc_samples, required = analyses.check_release(
+      delta, delta_verify, calibration_margin, seed, mc_samples)
+  mechanism = _mechanism(name, params_in, rounds, min_sep, None, buffers,
+                         0 if seed is None else seed, bands)
+  return analyses.b_min_sep(
+      mechanism, sampling, delta, target_epsilon=target_epsilon,
+      noise_multiplier=noise_multiplier, delta_verify=delta_verify, mc_samples=mc_samples,
+      required=required, seed=seed, calibration_margin=calibration_margin)
+
+
 # `--sampling`: each participation scheme's analysis (`schemes.Scheme.analysis`).
 ANALYSES = {
     schemes.MIN_SEP: lambda a: matrix_mechanism(
@@ -185,6 +229,13 @@ ANALYSES = {
     schemes.POISSON: lambda a: poisson(a.population, a.clients_per_round, a.rounds,
                                        a.noise_multiplier, a.delta),
     amplification.BALLS_IN_BINS: _balls_in_bins,
+    amplification.B_MIN_SEP: lambda a: b_min_sep_release(
+        a.mechanism, a.params_in, a.rounds, a.min_sep, a.delta,
+        target_epsilon=a.target_epsilon, noise_multiplier=a.noise_multiplier,
+        sampling_probability=a.sampling_probability, population=a.population,
+        clients_per_round=a.clients_per_round, warm_start=a.warm_start, buffers=a.buffers,
+        mc_samples=a.mc_samples, seed=a.seed, delta_verify=a.delta_verify,
+        calibration_margin=a.calibration_margin, bands=a.bands),
     amplification.CYCLIC_POISSON: lambda a: cyclic_poisson(
         a.mechanism, a.params_in, a.rounds, a.min_sep, a.population, a.clients_per_round,
         a.buffers, a.noise_multiplier, a.target_epsilon, a.delta, a.seed, bands=a.bands),
@@ -208,7 +259,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
       help="min_sep: at most k participations, >= b rounds apart (paper 004); poisson: "
            "Poisson user sampling, DP-FedAvg (paper 001); balls_in_bins: paper 003; "
            "cyclic_poisson: --min_sep groups Poisson-sampled in turn, banded C (bandmf, "
-           "bsr, dpsgd)")
+           "bsr, dpsgd); b_min_sep: a client waits --min_sep - 1 rounds after taking part, "
+           "then is sampled with probability p (Dong & Ganesh 2026), any C")
   parser.add_argument("--mechanism", choices=catalog.names(), default=None)
   parser.add_argument("--params_in", default=None,
                       help="mechanism parameters (JSON from scripts/mechanism)")
@@ -246,6 +298,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                       help="balls-in-bins: calibration seed for a reproducible run (the "
                            "verification seed is derived from it); default: both drawn from "
                            "OS entropy. min_sep: optimizer starts (default 0)")
+  parser.add_argument("--sampling_probability", type=float, default=None,
+                      help="b_min_sep: p (default: from --population and --clients_per_round, "
+                           "the p whose stationary expected cohort is --clients_per_round)")
+  parser.add_argument("--warm_start", type=exits.parse_bool, default=True, metavar="BOOL",
+                      help="b_min_sep: start each client's chain in its stationary law "
+                           "(default true; false: everyone eligible at round 0)")
   parser.add_argument("--report_out", default=None, help="write the Markdown privacy report")
   parser.add_argument("--format", choices=("table", "json"), default="table")
   resources.add_budget_flags(parser)

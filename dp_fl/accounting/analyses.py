@@ -11,7 +11,9 @@ accountant uses (`dp_fl/participation/schemes.py` names each scheme's analysis):
   next to the unamplified ε of the same schedule;
 * `balls_in_bins`: σ for (ε, δ) under balls-in-bins batching, released only after
   Estimate-Verify-Release (paper 003, Alg. 1-2); `check_balls_in_bins` validates its
-  settings (and its cost) before any mechanism is built.
+  settings (and its cost) before any mechanism is built;
+* `b_min_sep`: σ for (ε, δ), or ε for σ, under b-min-sep sampling (Dong & Ganesh 2026), the
+  same release on its dominating pair, next to the unamplified min-sep guarantee.
 
 Messages name the flags of `scripts/privacy`, whose values these are.
 """
@@ -23,6 +25,7 @@ from typing import Any, Optional
 
 from dp_fl import resources
 from dp_fl.accounting import amplification
+from dp_fl.accounting import b_min_sep as b_min_sep_lib
 from dp_fl.accounting import balls_in_bins as balls_in_bins_lib
 from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import verification
@@ -165,6 +168,18 @@ def check_balls_in_bins(epochs: int, batches_per_epoch: int, delta: float,
   """(δ_verify, Monte Carlo samples, the samples Thm 2.1 requires) of a balls-in-bins
   release with these settings; refuses bad ones, and a Monte Carlo over the budgets
   (`resources`), before any mechanism is built."""
+  delta_verify, mc_samples, required = check_release(delta, delta_verify, calibration_margin,
+                                                     seed, mc_samples)
+  resources.require(balls_in_bins_lib.monte_carlo_cost(
+      num_bins=batches_per_epoch, num_epochs=epochs, num_samples=mc_samples, dense=False),
+                    _monte_carlo_flags(epochs, batches_per_epoch, mc_samples))
+  return delta_verify, mc_samples, required
+
+
+def check_release(delta: float, delta_verify: Optional[float], calibration_margin: float,
+                  seed: Optional[int], mc_samples: Optional[int]) -> tuple[float, int, int]:
+  """(δ_verify, Monte Carlo samples, the samples Thm 2.1 requires) of any Monte Carlo
+  release (balls-in-bins, b-min-sep), refusing bad settings naming their flags."""
   if not 0.0 < delta < 1.0:
     raise ValueError(f"--delta={delta!r} must be in (0, 1): it is the released δ "
                      "(e.g. 1e-5).")
@@ -190,9 +205,6 @@ def check_balls_in_bins(epochs: int, batches_per_epoch: int, delta: float,
         f"Estimate-Verify-Release needs at --delta={delta:g} with δ_verify={delta_verify:g} "
         f"(paper 003, Thm 2.1); omit --mc_samples (default: that minimum) or pass "
         f"--mc_samples>={required}.")
-  resources.require(balls_in_bins_lib.monte_carlo_cost(
-      num_bins=batches_per_epoch, num_epochs=epochs, num_samples=mc_samples, dense=False),
-                    _monte_carlo_flags(epochs, batches_per_epoch, mc_samples))
   return delta_verify, mc_samples, required
 
 
@@ -286,5 +298,61 @@ def balls_in_bins(mechanism: catalog.Mechanism, epochs: int, batches_per_epoch: 
       "verification_tail_samples": release.verification_tail_samples,
       "verification_failure_probability_bound": release.failure_probability,
       "noise_multiplier_without_amplification": unamplified,
+      "notes": notes,
+  }
+
+
+def b_min_sep(mechanism: catalog.Mechanism, sampling: b_min_sep_lib.BMinSepSampling,
+              delta: float, *, target_epsilon: Optional[float],
+              noise_multiplier: Optional[float], delta_verify: float, mc_samples: int,
+              required: int, seed: Optional[int], calibration_margin: float) -> dict[str, Any]:
+  """σ for (ε, δ) (`target_epsilon`) or ε for σ (`noise_multiplier`) under b-min-sep
+  sampling, released only after Estimate-Verify-Release on both directions of adjacency;
+  `VerificationFailedError` if it fails. Beside it, the unamplified guarantee of the same
+  schedule: at most ⌈n/b⌉ participations b apart (paper 004)."""
+  resources.require(b_min_sep_lib.monte_carlo_cost(sampling.rounds, mc_samples),
+                    {"rounds": sampling.rounds, "mc_samples": mc_samples})
+  pair = amplification.b_min_sep_pair(mechanism, sampling)
+  common = dict(delta=delta, delta_verify=delta_verify, calibration_margin=calibration_margin,
+                num_samples=mc_samples, seed=seed)
+  if target_epsilon is not None:
+    release = amplification.release_noise_multiplier(pair, epsilon=target_epsilon, **common)
+  else:
+    release = amplification.release_epsilon(pair, noise_multiplier=noise_multiplier, **common)
+  if not release.verified:
+    raise _verification_failed(release, release.epsilon, delta_verify, calibration_margin,
+                               mc_samples)
+  notes = []
+  if not pair.exact:
+    notes.append(
+        f"The {mechanism.name} mechanism's C has rows shared by rounds >= b apart, so the "
+        "likelihood ratio is bounded, not computed exactly (cross terms dropped for the remove "
+        "direction, bounded for the add direction): the released δ is conservative.")
+  if release.epsilon >= release.epsilon_without_amplification:
+    notes.append("Amplification does not help here: the unamplified min-sep guarantee is at "
+                 "least as good; prefer it.")
+  if seed is not None:
+    notes.append(f"--seed={seed} fixes the accounting randomness for reproducibility; omit "
+                 "it to draw both seeds from OS entropy.")
+  return {
+      "mechanism": mechanism.name, "rounds": sampling.rounds, "min_sep": sampling.min_sep,
+      "sampling_probability": sampling.sampling_probability,
+      "warm_start": sampling.warm_start,
+      "stationary_participation_rate": sampling.participation_rate,
+      "delta": delta, "epsilon": release.epsilon,
+      "noise_multiplier": release.noise_multiplier, "solved_for": release.solved_for,
+      "released": True, "guarantee": release.guarantee(),
+      "exact_likelihood_ratio": pair.exact,
+      "delta_verify": delta_verify, "calibration_margin": release.calibration_margin,
+      "mc_samples": mc_samples, "mc_samples_required": required,
+      "calibration_seed": release.calibration_seed,
+      "verification_seed": release.verification_seed,
+      "verification": "passed",
+      "verification_delta_hat": release.verification_delta_hat,
+      "verification_delta_standard_error": release.verification_delta_standard_error,
+      "verification_failure_probability_bound": release.failure_probability,
+      "unamplified_sensitivity": pair.sensitivity,
+      "epsilon_without_amplification": release.epsilon_without_amplification,
+      "noise_multiplier_without_amplification": release.noise_multiplier_without_amplification,
       "notes": notes,
   }

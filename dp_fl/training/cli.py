@@ -85,13 +85,7 @@ _CHOICES = {"mechanism": tuple(registry.MECHANISMS),
             "noise_guard": noise_guard.GUARDS}
 
 
-def parse_bool(text: str) -> bool:
-  lowered = str(text).lower()
-  if lowered in ("1", "true", "yes", "on"):
-    return True
-  if lowered in ("0", "false", "no", "off"):
-    return False
-  raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
+parse_bool = exits.parse_bool
 
 
 def _flag_fields() -> list[tuple[dataclasses.Field, str]]:

@@ -229,6 +229,43 @@ def test_bad_input_is_a_clear_error(args, message):
   assert message in out.stderr and "Traceback" not in out.stderr
 
 
+_BMS_FLAGS = ["--sampling=b_min_sep", "--mechanism=blt", "--rounds=12", "--min_sep=3",
+              "--population=100", "--clients_per_round=20", "--delta=5e-3", "--seed=4",
+              "--format=json"]
+
+
+def test_b_min_sep_releases_sigma_or_epsilon_beside_the_unamplified_guarantee():
+  out = _cli(*_BMS_FLAGS, "--target_epsilon=2")
+  assert out.returncode == 0, out.stderr
+  sigma_for = json.loads(out.stdout)
+  assert sigma_for["released"] and sigma_for["verification"] == "passed"
+  assert sigma_for["epsilon"] == 2.0 and sigma_for["solved_for"] == "noise_multiplier"
+  # p whose stationary cohort p N / (1 + (b - 1) p) is 20 of 100.
+  assert sigma_for["sampling_probability"] == pytest.approx(0.2 / (1 - 2 * 0.2))
+  assert sigma_for["noise_multiplier"] < sigma_for["noise_multiplier_without_amplification"]
+  assert not sigma_for["exact_likelihood_ratio"]  # BLT: rows shared 3 rounds apart.
+  assert any("conservative" in n for n in sigma_for["notes"])
+  out = _cli(*_BMS_FLAGS, f"--noise_multiplier={sigma_for['noise_multiplier']}")
+  assert out.returncode == 0, out.stderr
+  eps_for = json.loads(out.stdout)
+  assert eps_for["solved_for"] == "epsilon"
+  assert eps_for["epsilon"] == pytest.approx(2.0, rel=0.15)
+  assert eps_for["epsilon"] < eps_for["epsilon_without_amplification"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    ([], "exactly one of --target_epsilon"),
+    (["--target_epsilon=2", "--noise_multiplier=1"], "exactly one of --target_epsilon"),
+    (["--target_epsilon=2", "--clients_per_round=40"], "at most 1/3"),
+    (["--target_epsilon=2", "--sampling_probability=1.5"], "`--sampling_probability` must be"),
+    (["--target_epsilon=2", "--warm_start=maybe"], "--warm_start"),
+])
+def test_b_min_sep_bad_flags_are_clear_errors(flags, message):
+  out = _cli(*_BMS_FLAGS, *flags)
+  assert out.returncode == 2, out.stdout
+  assert message in out.stderr and "Traceback" not in out.stderr
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
 
