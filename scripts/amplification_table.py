@@ -1,4 +1,5 @@
-"""The noise each (mechanism × participation) needs at one ε: min-sep, balls-in-bins, cyclic Poisson.
+"""The noise each (mechanism × participation) needs at one ε: min-sep, balls-in-bins, cyclic
+Poisson, b-min-sep.
 
 For n rounds in E epochs (a client takes part once per epoch on average) and each target ε at
 δ, the σ each scheme needs and the RMSE it gives (σ·√mean_t ||B[t]||², the prefix-sum error
@@ -10,7 +11,12 @@ per round for unit clip norm, comparable across mechanisms):
   Monte Carlo standard error (an estimate for planning; a training run releases σ only after
   Estimate-Verify-Release, `dp_fl.training.amplified`);
 * cyclic_poisson — banded C only (BandMF with G bands, DP-SGD with G = 1): G groups, rate
-  q = E·G/n, ⌈n/G⌉ compositions of the Poisson-subsampled Gaussian (PLD).
+  q = E·G/n, ⌈n/G⌉ compositions of the Poisson-subsampled Gaussian (PLD);
+* b_min_sep — a client waits b − 1 rounds after taking part, then is sampled with the p whose
+  stationary rate is E/n (Dong & Ganesh 2026), for b = each `min_sep_fractions` · n/E (at
+  b = n/E, p = 1: balls-in-bins' schedule): σ by the calibration with defensive importance
+  sampling, sized to a 5 % relative standard error of δ̂ (at most `--mc_samples`), with its
+  standard error (an estimate; a run releases σ only after Estimate-Verify-Release).
 
 Settings: `stackoverflow` (paper 004 Table 3: n = 2052, E = 6; BLT and BandMF) and
 `paper003_fig2` (paper 003 Fig. 2: n = 2048, E = 16; DP-SGD and 64-band BandMF, the RMSE
@@ -36,6 +42,7 @@ from dp_fl import exits
 from dp_fl import results
 from dp_fl import writers
 from dp_fl.accounting import amplification
+from dp_fl.accounting import b_min_sep
 from dp_fl.accounting import balls_in_bins
 from dp_fl.accounting import zcdp
 from dp_fl.mechanisms import catalog
@@ -45,12 +52,14 @@ from dp_fl.participation import schemes
 SETTINGS = {
     "stackoverflow": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
                           mechanisms=(("blt", None), ("bandmf", None)),
-                          cyclic_bands=(4, 16, 64)),
+                          cyclic_bands=(4, 16, 64), min_sep_fractions=(1.0, 0.5)),
     "paper003_fig2": dict(rounds=2048, epochs=16, delta=1e-5,
                           epsilons=(1.0, 2.0, 4.0, 8.0, 16.0),
-                          mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=()),
+                          mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=(),
+                          min_sep_fractions=()),
 }
-MIN_SEP, BALLS_IN_BINS, CYCLIC_POISSON = SCHEMES = schemes.analyses(schemes.CORRELATED)
+MIN_SEP, BALLS_IN_BINS, CYCLIC_POISSON, B_MIN_SEP = SCHEMES = schemes.analyses(
+    schemes.CORRELATED)
 """The analyses of the participation schemes that serve DP-FTRL (`schemes.Scheme.analysis`)."""
 
 
@@ -65,7 +74,7 @@ def _build(name: str, rounds: int, min_sep: int, epochs: int, bands: Optional[in
 
 def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta: float,
              epsilons: Sequence[float], cyclic_bands: Sequence[int], mc_samples: int,
-             seed: int) -> list[dict[str, Any]]:
+             seed: int, min_sep_fractions: Sequence[float] = ()) -> list[dict[str, Any]]:
   """The rows of one mechanism: each scheme at each ε (see the module doc)."""
   bins = rounds // epochs
   mechanism = _build(name, rounds, bins, epochs, bands)
@@ -89,6 +98,27 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
                      rmse=_rmse(mechanism, rounds, cal.noise_multiplier),
                      note=f"{bins} bins; Alg. 2 on {mc_samples} samples "
                           f"({time.perf_counter() - started:.0f} s)"))
+  for fraction in min_sep_fractions:
+    b = max(1, int(round(bins * fraction)))
+    sampling = b_min_sep.BMinSepSampling(
+        rounds, b, b_min_sep.BMinSepSampling.probability_for_rate(1.0 / bins, b))
+    bms_pair = amplification.b_min_sep_pair(mechanism, sampling)
+    for eps in epsilons:
+      started = time.perf_counter()
+      cal = b_min_sep.calibrate_noise_multiplier(
+          bms_pair, epsilon=eps, delta=delta, num_samples=mc_samples, seed=seed,
+          relative_standard_error=0.05)
+      rows.append(dict(
+          mechanism=label, scheme=B_MIN_SEP, epsilon=eps, delta=delta,
+          noise_multiplier=cal.noise_multiplier,
+          noise_multiplier_standard_error=cal.noise_multiplier_standard_error,
+          rmse=_rmse(mechanism, rounds, cal.noise_multiplier), min_sep=b,
+          unamplified_noise_multiplier=cal.unamplified_noise_multiplier,
+          sampling_probability=sampling.sampling_probability,
+          exact_likelihood_ratio=bms_pair.exact,
+          note=f"b = {b}, p = {sampling.sampling_probability:.3g}, {cal.direction} direction, "
+               f"{'exact' if bms_pair.exact else 'bounded'} likelihood; "
+               f"{cal.num_samples} tilted samples ({time.perf_counter() - started:.0f} s)"))
   cyclic = [(1, _build("dpsgd", rounds, 1, None, None), "dpsgd")] if name == "dpsgd" else []
   if name == "bandmf":
     cyclic = [(b, _build("bandmf", rounds, b, None, b), f"bandmf ({b} bands)")
@@ -119,7 +149,8 @@ def table(setting: str, mc_samples: int, seed: int) -> dict[str, Any]:
   for name, bands in spec["mechanisms"]:
     rows += rows_for(name, bands, rounds=spec["rounds"], epochs=spec["epochs"],
                      delta=spec["delta"], epsilons=spec["epsilons"],
-                     cyclic_bands=spec["cyclic_bands"], mc_samples=mc_samples, seed=seed)
+                     cyclic_bands=spec["cyclic_bands"], mc_samples=mc_samples, seed=seed,
+                     min_sep_fractions=spec.get("min_sep_fractions", ()))
   baseline = {(r["family"], r["epsilon"]): r["rmse"] for r in rows
               if r["scheme"] == MIN_SEP}
   for r in rows:  # RMSE improvement over the family's min-sep row (paper 003 Fig. 2)
@@ -149,12 +180,13 @@ def figure(output: dict[str, Any]) -> Any:
   """RMSE vs ε per (mechanism, participation), log-log."""
   fig, ax = writers.new_figure(7.0, 4.4)
   series: dict[tuple[str, str], list[tuple[float, float]]] = {}
-  for r in output["rows"]:
-    series.setdefault((r["mechanism"], r["scheme"]), []).append((r["epsilon"], r["rmse"]))
-  styles = dict(zip(SCHEMES, ("-", "--", ":")))
+  for r in output["rows"]:  # b-min-sep rows of each b are a series of their own.
+    label = r["scheme"] if r["scheme"] != B_MIN_SEP else f"{B_MIN_SEP} b={r['min_sep']}"
+    series.setdefault((r["mechanism"], label), []).append((r["epsilon"], r["rmse"]))
+  styles = dict(zip(SCHEMES, ("-", "--", ":", "-.")))
   for (mechanism, scheme), points in series.items():
     xs, ys = zip(*sorted(points))
-    ax.plot(xs, ys, styles[scheme], marker="o", label=f"{mechanism}, {scheme}")
+    ax.plot(xs, ys, styles[scheme.split(" ")[0]], marker="o", label=f"{mechanism}, {scheme}")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   ax.set_xlabel("ε")
@@ -171,7 +203,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--setting", choices=sorted(SETTINGS), default="stackoverflow")
   parser.add_argument("--mc_samples", type=int, default=2 ** 20,
-                      help="Monte Carlo samples of the balls-in-bins calibration")
+                      help="Monte Carlo samples of the balls-in-bins calibration (the most "
+                           "the b-min-sep calibration draws)")
   parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sample")
   parser.add_argument("--out_dir", default=None,
                       help="write table.json, table.md and table.png here")

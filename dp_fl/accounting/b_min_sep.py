@@ -369,28 +369,66 @@ def monte_carlo_cost(rounds: int, num_samples: int,
 # The loss models (one per direction).
 
 
-class _Model(monte_carlo.LossModel):
-  """Samples of one direction: remove (x ~ P, L_up) or add (x ~ Q, L_low)."""
+@dataclasses.dataclass(frozen=True)
+class Tilt:
+  """Importance sampling of the noise (defensive exponential tilting), for estimates.
 
-  def __init__(self, pair: BMinSepPair, direction: str):
+  Remove direction: given the pattern S (mean m_S = C 1_S, μ_S = ‖m_S‖ / σ_ref), half the
+  samples (a fair coin each) draw their noise as Z' = Z + θ_S m_S / ‖m_S‖ with θ_S = `scale` ·
+  max(ε/μ_S − μ_S/2, 0), the tail boundary of the pattern's own Gaussian privacy loss; the
+  other half are plain. Add direction: Z' = Z − θ v/‖v‖, v = C 1, θ = `scale`. Each sample
+  is weighted by φ(Z') / (½ φ(Z') + ½ φ(Z' − shift)) <= 2, so every estimate stays unbiased
+  for any σ (the weights do not depend on σ) and its variance is at most twice plain Monte
+  Carlo's, however poor the tilt. Estimate-Verify-Release never tilts (its Chernoff bound
+  needs summands in [0, 1]).
+  """
+  scale: float = 0.0
+  epsilon: float = 1.0
+  reference_noise_multiplier: float = 1.0
+
+
+_NO_TILT = Tilt()
+
+
+class _Model(monte_carlo.LossModel):
+  """Samples of one direction: remove (x ~ P, L_up) or add (x ~ Q, L_low), optionally tilted
+  (`Tilt`); a prepared row is (α, Cᵀx-part w, log weight) for remove, (w, log weight) for
+  add."""
+
+  def __init__(self, pair: BMinSepPair, direction: str, tilt: Tilt = _NO_TILT):
     if direction not in DIRECTIONS:
       raise ValueError(f"`direction` must be one of {DIRECTIONS}; got {direction!r}.")
     self.pair = pair
     self.direction = direction
     self.sampling = pair.sampling
+    self.tilt = tilt
     n = self.num_columns = pair.sampling.rounds
     if pair.toeplitz_coefs is not None:
       self._fft_size = scipy.fft.next_fast_len(2 * n - 1, real=True)
       self._coefs_fft = scipy.fft.rfft(pair.toeplitz_coefs, self._fft_size)
     self._half_diag = 0.5 * pair.column_norms_squared
     self._add_alpha = -0.5 * (pair.column_norms_squared + pair.cross_bound)
+    ones_gram = pair.gram.sum(axis=1)  # G 1 = Cᵀ v, v = C 1; ‖v‖² = 1ᵀ G 1.
+    self._ones_norm = math.sqrt(max(float(ones_gram.sum()), 1e-300))
+    self._add_shift = ones_gram / self._ones_norm
 
   def draw(self, generator, count):
     n = self.num_columns
+    rows: tuple = ()
     if self.direction == REMOVE:
-      patterns = self.sampling.sample_patterns(generator, count)
-      return patterns, generator.standard_normal((count, n))
-    return (generator.standard_normal((count, n)),)
+      rows = (self.sampling.sample_patterns(generator, count),)
+    rows += (generator.standard_normal((count, n)),)
+    if self.tilt.scale:  # Defensive mixture: half the samples tilted.
+      rows += (generator.random(count) < 0.5,)
+    return rows
+
+  @staticmethod
+  def _mixture_log_weight(theta: np.ndarray, along: np.ndarray,
+                          tilted: np.ndarray) -> np.ndarray:
+    """log φ(Z') / (½ φ(Z') + ½ φ(Z' − θd)) with Z' = Z + θd where `tilted`, ⟨d, Z⟩ =
+    `along`: at most log 2, so no sample weighs more than twice its plain weight."""
+    along_used = along + theta * tilted
+    return -np.logaddexp(0.0, theta * along_used - 0.5 * theta ** 2) + math.log(2.0)
 
   def _transpose_apply(self, z: np.ndarray) -> np.ndarray:
     """Cᵀ z for each row z (rows @ C)."""
@@ -404,12 +442,35 @@ class _Model(monte_carlo.LossModel):
 
   def prepare(self, rows):
     if self.direction == REMOVE:
-      patterns, z = rows
-      alpha = self._gram_times(patterns)
-      alpha -= self._half_diag
-      return alpha, self._transpose_apply(z)
-    (z,) = rows
-    return (self._transpose_apply(z),)
+      patterns, z = rows[0], rows[1]
+      gram_s = self._gram_times(patterns)
+      w = self._transpose_apply(z)
+      log_weight = np.zeros(z.shape[0])
+      if self.tilt.scale:
+        tilted = rows[2]
+        patterns = patterns.astype(np.float64)
+        norm2 = np.einsum("ij,ij->i", patterns, gram_s)  # ‖C 1_S‖² = 1_Sᵀ G 1_S.
+        norm = np.sqrt(norm2)
+        mu = norm / self.tilt.reference_noise_multiplier
+        with np.errstate(divide="ignore", invalid="ignore"):
+          theta = np.where(norm > 0, self.tilt.scale * np.maximum(
+              self.tilt.epsilon / mu - mu / 2.0, 0.0), 0.0)
+          along = np.where(norm > 0, np.einsum("ij,ij->i", patterns, w) / norm, 0.0)
+          # Cᵀ(θ m_S/‖m_S‖) on the tilted half.
+          w += np.where((norm > 0) & tilted, theta / norm, 0.0)[:, None] * gram_s
+        log_weight = self._mixture_log_weight(theta, along, tilted)
+      gram_s -= self._half_diag
+      return gram_s, w, log_weight
+    z = rows[0]
+    w = self._transpose_apply(z)
+    theta = self.tilt.scale
+    log_weight = np.zeros(z.shape[0])
+    if theta:  # d = −v/‖v‖: ⟨d, Z⟩ = −⟨1, CᵀZ⟩/‖v‖, Cᵀ(θ d) = −θ G1/‖v‖.
+      tilted = rows[1]
+      along = -w.sum(axis=1) / self._ones_norm
+      log_weight = self._mixture_log_weight(np.full(z.shape[0], theta), along, tilted)
+      w -= np.where(tilted, theta, 0.0)[:, None] * self._add_shift
+    return w, log_weight
 
   def _gram_times(self, patterns: np.ndarray) -> np.ndarray:
     """G 1_S for each row's pattern: a sum of the rows of G it took part in (at most
@@ -429,10 +490,10 @@ class _Model(monte_carlo.LossModel):
 
   def _log_a(self, rows, u: float) -> np.ndarray:
     if self.direction == REMOVE:
-      alpha, w = rows
+      alpha, w = rows[0], rows[1]
       log_a = alpha * (u * u)
     else:
-      (w,) = rows
+      w = rows[0]
       log_a = np.broadcast_to(self._add_alpha * (u * u), w.shape).copy()
     log_a += w * u
     return log_a
@@ -447,14 +508,15 @@ class _Model(monte_carlo.LossModel):
     return -np.expm1(np.minimum(eps + y, 0.0))
 
   def stats(self, rows, u, eps, derivative=False):
-    y = self.losses(rows, u)
-    f = self._f(y, eps)
-    out = monte_carlo.Stats(sum_f=float(f.sum()), sum_f2=float(np.dot(f, f)),
+    weight = np.exp(rows[-1])
+    f = self._f(self.losses(rows, u), eps)
+    fw = f * weight
+    out = monte_carlo.Stats(sum_f=float(fw.sum()), sum_f2=float(np.dot(fw, fw)),
                             num_tail=int(np.count_nonzero(f)))
     if derivative and out.num_tail:
       h = 1e-4  # df/dσ by a central difference in σ on the same rows.
-      up = self._f(self.losses(rows, u / (1.0 + h)), eps).sum()
-      down = self._f(self.losses(rows, u / (1.0 - h)), eps).sum()
+      up = np.dot(self._f(self.losses(rows, u / (1.0 + h)), eps), weight)
+      down = np.dot(self._f(self.losses(rows, u / (1.0 - h)), eps), weight)
       out.sum_df = float((up - down) / (2.0 * h / u))
     return out
 
@@ -462,11 +524,11 @@ class _Model(monte_carlo.LossModel):
     """L is non-decreasing in every a_t, and each log a_t = α_t u² + w_t u lies between its
     values' min and max over u in [u_lo, u_hi] (separately for the two terms)."""
     if self.direction == REMOVE:
-      alpha, w = rows
+      alpha, w = rows[0], rows[1]
       quad = np.where(alpha >= 0, alpha * u_hi**2, alpha * u_lo**2)
       bound = quad + np.maximum(w * u_lo, w * u_hi)
       return log_likelihood_ratio(self.sampling, bound) > eps
-    (w,) = rows
+    w = rows[0]
     quad = np.where(self._add_alpha >= 0, self._add_alpha * u_lo**2, self._add_alpha * u_hi**2)
     bound = quad + np.minimum(w * u_lo, w * u_hi)
     return log_likelihood_ratio(self.sampling, bound) < -eps
@@ -509,22 +571,50 @@ def _direction_seeds(seed: monte_carlo.SeedLike) -> dict[str, np.random.SeedSequ
           for i, d in enumerate(DIRECTIONS)}
 
 
-def _stream(pair, direction, seed, chunk_size, progress=None) -> monte_carlo.SampleStream:
-  return monte_carlo.SampleStream(_Model(pair, direction), seed,
+def _stream(pair, direction, seed, chunk_size, progress=None,
+            tilt: Tilt = _NO_TILT) -> monte_carlo.SampleStream:
+  return monte_carlo.SampleStream(_Model(pair, direction, tilt), seed,
                                   monte_carlo.check_chunk_size(chunk_size), progress)
+
+
+# Tilt scales tried by `choose_tilt` (remove: × the pattern's tail boundary; add: θ itself).
+_TILT_CANDIDATES = {REMOVE: (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
+                    ADD: (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)}
+_PILOT_SAMPLES = 8192
+
+
+def choose_tilt(pair: BMinSepPair, direction: str, *, epsilon: float, noise_multiplier: float,
+                seed: monte_carlo.SeedLike, pilot_samples: int = _PILOT_SAMPLES) -> Tilt:
+  """The `Tilt` of the smallest relative standard error of δ̂ at (σ, ε) on a pilot sample
+  (at least 10 tail samples; no tilt when none qualifies)."""
+  best, best_rse = _NO_TILT, math.inf
+  for scale in _TILT_CANDIDATES[direction]:
+    tilt = Tilt(scale, epsilon, noise_multiplier)
+    stats = monte_carlo.streaming_stats(
+        _stream(pair, direction, seed, min(DEFAULT_CHUNK_SIZE, pilot_samples), tilt=tilt),
+        pilot_samples, noise_multiplier, epsilon)
+    mean, se = stats.mean_and_se(pilot_samples)
+    if stats.num_tail >= 10 and mean > 0 and se / mean < best_rse:
+      best, best_rse = tilt, se / mean
+  return best
 
 
 def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
                    num_samples: int, seed: monte_carlo.SeedLike,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> DeltaEstimate:
-  """δ̂ of both directions at (σ, ε) from `num_samples` samples each."""
+                   chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   importance_sampling: bool = False) -> DeltaEstimate:
+  """δ̂ of both directions at (σ, ε) from `num_samples` samples each; with
+  `importance_sampling`, of a tilted sample (`choose_tilt`; an estimate, never a release)."""
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   eps = _checks.check_positive("epsilon", epsilon)
   m = _checks.check_positive_int("num_samples", num_samples)
   seeds = _direction_seeds(seed)
   out = {}
   for d in DIRECTIONS:
-    stats = monte_carlo.streaming_stats(_stream(pair, d, seeds[d], chunk_size), m, sigma, eps)
+    tilt = (choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[d])
+            if importance_sampling else _NO_TILT)
+    stats = monte_carlo.streaming_stats(
+        _stream(pair, d, seeds[d], chunk_size, tilt=tilt), m, sigma, eps)
     mean, se = stats.mean_and_se(m)
     out[d] = DirectionEstimate(d, mean, se, m, stats.num_tail)
   return DeltaEstimate(eps, sigma, out[REMOVE], out[ADD])
@@ -548,36 +638,58 @@ def unamplified_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: fl
 
 def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: float,
                                num_samples: int, seed: monte_carlo.SeedLike,
-                               chunk_size: int = DEFAULT_CHUNK_SIZE,
-                               rtol: float = 1e-6) -> monte_carlo.Calibration:
-  """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d."""
+                               chunk_size: int = DEFAULT_CHUNK_SIZE, rtol: float = 1e-6,
+                               importance_sampling: bool = True,
+                               relative_standard_error: float = 0.02
+                               ) -> monte_carlo.Calibration:
+  """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d.
+
+  With `importance_sampling` (the default) the sample is tilted towards the tail (`Tilt`,
+  chosen on a pilot at the unamplified σ, then again at the σ found) and sized sequentially:
+  from 2^15 samples, doubled until δ̂(σ*)'s relative standard error is at most
+  `relative_standard_error` or `num_samples` is reached. The result is an estimate: a release
+  verifies it on a fresh, untilted sample (`estimate_verify_release`).
+  """
   eps = _checks.check_positive("epsilon", epsilon)
   dlt = _checks.check_open_unit("delta", delta)
-  m = _checks.check_positive_int("num_samples", num_samples)
-  if m * dlt < 1.0:
+  m_max = _checks.check_positive_int("num_samples", num_samples)
+  if not importance_sampling and m_max * dlt < 1.0:
     raise ValueError(
         f"`num_samples` must be at least 1/delta = {1.0 / dlt:.4g} for a Monte Carlo estimate "
-        f"of delta = {dlt!r}; got {m}. Use num_samples >= {int(100.0 / dlt)} (about "
+        f"of delta = {dlt!r}; got {m_max}. Use num_samples >= {int(100.0 / dlt)} (about "
         "100/delta) or a larger delta.")
-  progress = resources.Progress(f"b-min-sep Monte Carlo calibration of σ ({m} samples x 2)",
-                                2 * _CALIBRATION_PASSES * m)
+  progress = resources.Progress(
+      f"b-min-sep Monte Carlo calibration of σ (up to {m_max} samples x 2)",
+      2 * _CALIBRATION_PASSES * (min(m_max, 2 ** 18) if importance_sampling else m_max))
   seeds = _direction_seeds(seed)
   sigma_unamp = unamplified_noise_multiplier(pair, epsilon=eps, delta=dlt)
-  results, passes = {}, 0.0
+  results, passes, used = {}, 0.0, 0
   for d in DIRECTIONS:
     if noiseless_delta(pair, d, eps) <= dlt:  # This direction holds at any σ.
       results[d] = dict(noise_multiplier=0.0, delta_hat=0.0, delta_standard_error=0.0,
-                        noise_multiplier_standard_error=0.0, num_tail_samples=0)
+                        noise_multiplier_standard_error=0.0, num_tail_samples=0,
+                        tilt_scale=0.0, num_samples=0)
       continue
-    stream = _stream(pair, d, seeds[d], chunk_size, progress)
-    sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma_unamp, rtol)
-    stats = ev.stats(sigma, derivative=True)
-    mean, se = stats.mean_and_se(m)
+    sigma, tilt = sigma_unamp, _NO_TILT
+    m = m_max if not importance_sampling else min(m_max, 2 ** 15)
+    for attempt in range(64):
+      if importance_sampling and attempt < 2:  # Tilt for the σ at hand (twice at most).
+        tilt = choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[d])
+      stream = _stream(pair, d, seeds[d], chunk_size, progress, tilt)
+      sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma, rtol)
+      passes += ev.passes * m / m_max
+      stats = ev.stats(sigma, derivative=True)
+      mean, se = stats.mean_and_se(m)
+      precise = mean > 0 and se / mean <= relative_standard_error and attempt >= 1
+      if not importance_sampling or m >= m_max or precise:
+        break
+      if attempt >= 1:
+        m = min(m_max, 2 * m)
     slope = abs(stats.sum_df / m)
+    used = max(used, m)
     results[d] = dict(noise_multiplier=float(sigma), delta_hat=mean, delta_standard_error=se,
                       noise_multiplier_standard_error=se / slope if slope > 0 else math.inf,
-                      num_tail_samples=stats.num_tail)
-    passes += ev.passes
+                      num_tail_samples=stats.num_tail, tilt_scale=tilt.scale, num_samples=m)
   progress.finish()
   if all(results[d]["noise_multiplier"] == 0.0 for d in DIRECTIONS):
     raise ValueError(
@@ -590,9 +702,10 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
   return monte_carlo.Calibration(
       noise_multiplier=r["noise_multiplier"], epsilon=eps, delta=dlt, delta_hat=r["delta_hat"],
       delta_standard_error=r["delta_standard_error"],
-      noise_multiplier_standard_error=r["noise_multiplier_standard_error"], num_samples=m,
-      num_tail_samples=r["num_tail_samples"], unamplified_noise_multiplier=sigma_unamp,
-      num_passes=passes, direction=worst, by_direction=results)
+      noise_multiplier_standard_error=r["noise_multiplier_standard_error"],
+      num_samples=r["num_samples"], num_tail_samples=r["num_tail_samples"],
+      unamplified_noise_multiplier=sigma_unamp, num_passes=passes, direction=worst,
+      by_direction=results)
 
 
 def _log_never(sampling: BMinSepSampling) -> float:
