@@ -102,7 +102,7 @@ def settings_from_flags(args: argparse.Namespace) -> plan_lib.PlanSettings:
       mechanisms=_mechanisms(args.mechanisms), buffers=args.buffers, trials=args.trials,
       robustness=robustness, bandmf_max_seconds=args.bandmf_max_seconds,
       compare=args.compare or "rms_noise", model_dimension=args.model_dimension,
-      client_tokens=args.client_tokens)
+      client_tokens=args.client_tokens, b_min_sep=args.b_min_sep)
 
 
 def plan_data(plan: plan_lib.Plan, params: Optional[dict[str, str]]) -> dict:
@@ -163,6 +163,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                            "21); with --model_dimension: the job's training time on this "
                            "machine, as the training binaries estimate it")
   parser.add_argument("--trials", type=int, default=5, help="emulation trials")
+  parser.add_argument("--b_min_sep", action="store_true",
+                      help="also estimate the σ each mechanism needs for its ε under b-min-sep "
+                           "sampling (b = the predicted min-sep; p from N and m): what "
+                           "amplification the population would buy (Monte Carlo, minutes at "
+                           "thousands of rounds)")
   parser.add_argument("--robustness", default=",".join(map(str, plan_lib.DEFAULT_ROBUSTNESS)),
                       help="fractions f: also report ε and losses at min-sep ⌊f·b⌋")
   parser.add_argument("--bandmf_max_seconds", type=float, default=120.0,

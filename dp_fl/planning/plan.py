@@ -18,7 +18,9 @@ vs 400 for es-ES, 2000+ vs 1000 for pt-BR). `make_plan`:
    utility side of the comparison (paper 004, Eqs. 9-10);
 4. checks robustness as paper 004's Fig. 6 does: ε and the losses if the realized min-sep comes
    out lower than predicted (b × 0.9, 0.75, 0.5 by default);
-5. traces ε over the rounds (k(r) = min(k, ⌈r/b⌉)), for the figure.
+5. traces ε over the rounds (k(r) = min(k, ⌈r/b⌉)), for the figure;
+6. with `b_min_sep`, estimates the σ the same ε would need under b-min-sep sampling (what
+   amplification the planned population would buy; `b_min_sep_estimate`).
 
 The plan is a prediction, not a guarantee: the training program reports ε from the
 participation its ledger realizes. The emulation's seeds are public and unrelated to the
@@ -37,6 +39,7 @@ from typing import Any, Optional, Sequence
 from dp_fl import _checks
 from dp_fl import resources
 from dp_fl.accounting import amplification
+from dp_fl.accounting import b_min_sep as b_min_sep_lib
 from dp_fl.accounting import report as report_lib
 from dp_fl.mechanisms import blt as blt_lib
 from dp_fl.mechanisms import catalog
@@ -94,6 +97,8 @@ class PlanSettings:
   compare: str = "rms_noise"
   model_dimension: Optional[int] = None  # d: with it, the noise guard's ratios (issue #42).
   client_tokens: Optional[float] = None  # With d: the job's training time (issue #43).
+  b_min_sep: bool = False  # Also estimate σ under b-min-sep sampling (issue #44).
+  b_min_sep_samples: int = 2 ** 18  # The most samples that estimate draws.
 
   def __post_init__(self):
     _checks.check_positive_int("population", self.population)
@@ -290,6 +295,8 @@ class MechanismPlan:
   # With `PlanSettings.model_dimension`: one round's noise / ζ and the summed updates' noise /
   # nζ (`dp_fl/mechanisms/signal_to_noise.py`); None without it or without streaming noise.
   signal_to_noise: Optional[signal_to_noise_lib.SignalToNoise] = None
+  # With `PlanSettings.b_min_sep`: the σ the same ε needs under b-min-sep sampling.
+  b_min_sep: Optional[dict[str, Any]] = None
 
   @property
   def rms_noise(self) -> float:
@@ -312,6 +319,7 @@ class MechanismPlan:
         "notes": list(self.notes), "params": self.params,
         "signal_to_noise": (None if self.signal_to_noise is None
                             else dataclasses.asdict(self.signal_to_noise)),
+        "b_min_sep": self.b_min_sep,
     }
 
 
@@ -503,6 +511,10 @@ def plan_mechanism(name: str, settings: PlanSettings, prediction: Prediction,
         mechanism.streaming_noise(n).materialize(n), rounds=n, noise_multiplier=sigma,
         clients_per_round=settings.report_goal, model_dimension=settings.model_dimension)
   notes = list(built.notes)
+  amplified = None
+  if settings.b_min_sep:
+    amplified = b_min_sep_estimate(mechanism, settings, prediction, planned.epsilon, sigma,
+                                   rms_error)
   if planned.sensitivity_kind != "exact":
     notes.append("sensitivity only bracketed (paper 004, Remark 3.2): ε uses the upper "
                  "bound; the lower bound's ε is shown next to it")
@@ -510,7 +522,38 @@ def plan_mechanism(name: str, settings: PlanSettings, prediction: Prediction,
       name=name, params=mechanism.to_dict(), optimize_seconds=built.optimize_seconds,
       noise_multiplier=sigma, buffers=mechanism.buffers(n), rms_error=rms_error,
       max_error=max_error, planned=planned, optimistic=optimistic, robustness=robustness,
-      epsilon_vs_rounds=curve, notes=tuple(notes), signal_to_noise=ratios)
+      epsilon_vs_rounds=curve, notes=tuple(notes), signal_to_noise=ratios,
+      b_min_sep=amplified)
+
+
+def b_min_sep_estimate(mechanism: catalog.Mechanism, settings: PlanSettings,
+                       prediction: Prediction, epsilon: float, sigma: float,
+                       rms_error: float) -> dict[str, Any]:
+  """What b-min-sep sampling would buy at the planned ε: a client that took part waits
+  b − 1 rounds (b = the predicted min-sep, at most ⌊N/m⌋ so that m a round is reachable), then
+  is sampled with the p whose stationary expected cohort is m; σ by the Monte Carlo
+  calibration (defensive importance sampling, `dp_fl/accounting/b_min_sep.py`) — an estimate
+  with its standard error, not a release (a run verifies its own)."""
+  b = max(1, min(prediction.planned_min_sep, settings.population // settings.report_goal))
+  sampling = b_min_sep_lib.BMinSepSampling(
+      settings.rounds, b, b_min_sep_lib.BMinSepSampling.probability_for_rate(
+          settings.report_goal / settings.population, b))
+  pair = amplification.b_min_sep_pair(mechanism, sampling)
+  started = time.perf_counter()
+  cal = b_min_sep_lib.calibrate_noise_multiplier(
+      pair, epsilon=epsilon, delta=settings.delta, num_samples=settings.b_min_sep_samples,
+      seed=settings.seed, relative_standard_error=0.05)
+  return {
+      "min_sep": b, "sampling_probability": sampling.sampling_probability,
+      "epsilon": epsilon, "noise_multiplier": cal.noise_multiplier,
+      "noise_multiplier_standard_error": cal.noise_multiplier_standard_error,
+      "delta_relative_standard_error": (cal.delta_standard_error / cal.delta_hat
+                                        if cal.delta_hat > 0 else None),
+      "rms_noise": cal.noise_multiplier * rms_error,
+      "noise_reduction_percent": 100.0 * (1.0 - cal.noise_multiplier / sigma),
+      "exact_likelihood_ratio": pair.exact, "num_samples": cal.num_samples,
+      "seconds": time.perf_counter() - started,
+  }
 
 
 def make_plan(settings: PlanSettings) -> Plan:
@@ -593,6 +636,18 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
       lines.append(f"  {m.name:<10} " + ("no streaming noise" if r is None else
                    f"one round's noise {r.round_noise:.3g}× ζ; summed updates' noise "
                    f"{r.prefix_noise:.3g}× their largest signal nζ"))
+  if s.b_min_sep:
+    lines += ["", "With b-min-sep sampling instead of the device timer (Dong & Ganesh 2026: a "
+              "client waits b − 1 rounds, then is sampled with probability p; secret draws), "
+              "the σ the same ε needs — a Monte Carlo estimate, verified by a run's release:"]
+    for m in plan.mechanisms:
+      a = m.b_min_sep
+      lines.append(
+          f"  {m.name:<10} b = {a['min_sep']}, p = {a['sampling_probability']:.4g}: σ "
+          f"{a['noise_multiplier']:.4g} ± {a['noise_multiplier_standard_error']:.2g} for ε "
+          f"{a['epsilon']:.4g} ({a['noise_reduction_percent']:+.1f} % less noise than "
+          f"{m.noise_multiplier:.4g}; RMS noise {a['rms_noise']:.4g}; "
+          f"{'exact' if a['exact_likelihood_ratio'] else 'bounded'} likelihood ratio)")
   job = plan.job_estimate()
   if job is not None:
     lines += ["", f"Training time on this machine (the training binaries' model of a round, "

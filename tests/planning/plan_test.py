@@ -113,6 +113,23 @@ def test_equal_rms_noise_comparison_and_target_epsilon():
   assert calibrated.mechanisms[-1].rms_noise > calibrated.mechanisms[0].rms_noise
 
 
+def test_b_min_sep_estimates_what_amplification_would_buy(capsys):
+  settings = dict(population=400, report_goal=20, rounds=40, timer_hours=4.0, round_hours=1.0,
+                  trials=1, delta=1e-4, mechanisms=("blt", "dpsgd"), target_epsilon=4.0)
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**settings, b_min_sep=True,
+                                                  b_min_sep_samples=2 ** 15))
+  for m in plan.mechanisms:
+    a = m.b_min_sep
+    assert a["min_sep"] <= 400 // 20 and 0 < a["sampling_probability"] <= 1
+    assert a["epsilon"] == pytest.approx(m.planned.epsilon)
+    assert 0 < a["noise_multiplier"] < m.noise_multiplier  # Amplified: less noise.
+    assert a["noise_reduction_percent"] > 0
+  assert plan.mechanisms[1].b_min_sep["exact_likelihood_ratio"]  # C = I.
+  text = plan_lib.format_table(plan)
+  assert "With b-min-sep sampling" in text and "less noise than" in text
+  assert plan_lib.make_plan(plan_lib.PlanSettings(**settings)).mechanisms[0].b_min_sep is None
+
+
 def test_robustness_and_epsilon_curve():
   plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=2,
                                                   mechanisms=("blt",)))
