@@ -61,8 +61,18 @@ REMOVE = "remove"
 ADD = "add"
 DIRECTIONS = (REMOVE, ADD)
 
-# Rows processed at once: 2 float64 arrays of chunk x n per direction and a few more.
-DEFAULT_CHUNK_SIZE = 2048
+# Rows processed at once: about 10 float64 arrays of chunk x n; by default
+# `_CHUNK_ELEMENTS` / n rows (a multiple of the RNG block, at least one block), so that short
+# schedules amortize the per-round Python steps of the dynamic program.
+DEFAULT_CHUNK_SIZE = None
+_CHUNK_ELEMENTS = 2 ** 22
+
+
+def _chunk_rows(chunk_size: Optional[int], rounds: int) -> int:
+  if chunk_size is not None:
+    return chunk_size
+  block = monte_carlo.RNG_BLOCK
+  return max(block, min(64 * block, _CHUNK_ELEMENTS // max(rounds, 1) // block * block))
 # The largest n the dense Gram matrix (8 n² bytes, twice) is built for.
 MAX_ROUNDS = 12288
 # Calibration passes over the sample, for the progress ETA (pilots + screens + verification).
@@ -350,7 +360,7 @@ def dominating_pair(sampling: BMinSepSampling, *, matrix: Any = None, toeplitz_c
 
 
 def monte_carlo_cost(rounds: int, num_samples: int,
-                     chunk_size: int = DEFAULT_CHUNK_SIZE) -> resources.Estimate:
+                     chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE) -> resources.Estimate:
   """Memory and time of calibrating and verifying (both directions).
 
   Memory: C and G (16 n² bytes), about 10 chunk x n float64 arrays, and the screened rows
@@ -359,6 +369,7 @@ def monte_carlo_cost(rounds: int, num_samples: int,
   direction.
   """
   n, m = int(rounds), int(num_samples)
+  chunk_size = _chunk_rows(chunk_size, n)
   memory = 16.0 * n * n + (10.0 + 2.0 * monte_carlo.MAX_STORED_CHUNKS) * 8.0 * chunk_size * n
   seconds = 1.2e-7 * m * n * _CALIBRATION_PASSES * 2.0
   return resources.Estimate(f"b-min-sep Monte Carlo accounting ({n} rounds, {m} samples)",
@@ -573,8 +584,9 @@ def _direction_seeds(seed: monte_carlo.SeedLike) -> dict[str, np.random.SeedSequ
 
 def _stream(pair, direction, seed, chunk_size, progress=None,
             tilt: Tilt = _NO_TILT) -> monte_carlo.SampleStream:
-  return monte_carlo.SampleStream(_Model(pair, direction, tilt), seed,
-                                  monte_carlo.check_chunk_size(chunk_size), progress)
+  return monte_carlo.SampleStream(
+      _Model(pair, direction, tilt), seed,
+      monte_carlo.check_chunk_size(_chunk_rows(chunk_size, pair.sampling.rounds)), progress)
 
 
 # Tilt scales tried by `choose_tilt` (remove: × the pattern's tail boundary; add: θ itself).
@@ -591,7 +603,8 @@ def choose_tilt(pair: BMinSepPair, direction: str, *, epsilon: float, noise_mult
   for scale in _TILT_CANDIDATES[direction]:
     tilt = Tilt(scale, epsilon, noise_multiplier)
     stats = monte_carlo.streaming_stats(
-        _stream(pair, direction, seed, min(DEFAULT_CHUNK_SIZE, pilot_samples), tilt=tilt),
+        _stream(pair, direction, seed, min(_chunk_rows(None, pair.sampling.rounds),
+                                           pilot_samples), tilt=tilt),
         pilot_samples, noise_multiplier, epsilon)
     mean, se = stats.mean_and_se(pilot_samples)
     if stats.num_tail >= 10 and mean > 0 and se / mean < best_rse:
@@ -601,7 +614,7 @@ def choose_tilt(pair: BMinSepPair, direction: str, *, epsilon: float, noise_mult
 
 def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
                    num_samples: int, seed: monte_carlo.SeedLike,
-                   chunk_size: int = DEFAULT_CHUNK_SIZE,
+                   chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE,
                    importance_sampling: bool = False) -> DeltaEstimate:
   """δ̂ of both directions at (σ, ε) from `num_samples` samples each; with
   `importance_sampling`, of a tilted sample (`choose_tilt`; an estimate, never a release)."""
@@ -622,7 +635,7 @@ def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float
 
 def sample_privacy_loss(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
                         seed: monte_carlo.SeedLike, direction: str = REMOVE,
-                        chunk_size: int = DEFAULT_CHUNK_SIZE) -> np.ndarray:
+                        chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE) -> np.ndarray:
   """m privacy-loss samples of one direction (log L_up under P, or log L_low under Q), the
   same sample `estimate_delta` uses for that direction."""
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
@@ -638,17 +651,18 @@ def unamplified_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: fl
 
 def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: float,
                                num_samples: int, seed: monte_carlo.SeedLike,
-                               chunk_size: int = DEFAULT_CHUNK_SIZE, rtol: float = 1e-6,
+                               chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE, rtol: float = 1e-6,
                                importance_sampling: bool = True,
-                               relative_standard_error: float = 0.02
+                               relative_standard_error: float = 0.05
                                ) -> monte_carlo.Calibration:
   """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d.
 
   With `importance_sampling` (the default) the sample is tilted towards the tail (`Tilt`,
   chosen on a pilot at the unamplified σ, then again at the σ found) and sized sequentially:
   from 2^15 samples, doubled until δ̂(σ*)'s relative standard error is at most
-  `relative_standard_error` or `num_samples` is reached. The result is an estimate: a release
-  verifies it on a fresh, untilted sample (`estimate_verify_release`).
+  `relative_standard_error` or `num_samples` is reached (the default 5 %: four standard
+  errors are then the release's default calibration margin, 20 %). The result is an
+  estimate: a release verifies it on a fresh, untilted sample (`estimate_verify_release`).
   """
   eps = _checks.check_positive("epsilon", epsilon)
   dlt = _checks.check_open_unit("delta", delta)
@@ -675,6 +689,9 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
     for attempt in range(64):
       if importance_sampling and attempt < 2:  # Tilt for the σ at hand (twice at most).
         tilt = choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[d])
+      # The sample grows as needed: keep the ETA's total ahead of what is left.
+      progress.total = max(progress.total, progress.done + _CALIBRATION_PASSES * m * (
+          2 if d == REMOVE else 1))
       stream = _stream(pair, d, seeds[d], chunk_size, progress, tilt)
       sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma, rtol)
       passes += ev.passes * m / m_max
@@ -723,7 +740,7 @@ def noiseless_delta(pair: BMinSepPair, direction: str, epsilon: float) -> float:
 
 
 def epsilon_tails(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
-                  seed: monte_carlo.SeedLike, chunk_size: int = DEFAULT_CHUNK_SIZE
+                  seed: monte_carlo.SeedLike, chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE
                   ) -> list[np.ndarray]:
   """The positive privacy losses at σ of each direction's sample (log L_up under P; −log
   L_low under Q), for `monte_carlo.epsilon_on_tails`: ε for a given σ on fixed samples."""
@@ -745,7 +762,7 @@ def epsilon_tails(pair: BMinSepPair, *, noise_multiplier: float, num_samples: in
 
 def calibrate_epsilon(pair: BMinSepPair, *, noise_multiplier: float, delta: float,
                       num_samples: int, seed: monte_carlo.SeedLike,
-                      chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[float, float, float]:
+                      chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE) -> tuple[float, float, float]:
   """(ε*, δ̂(ε*), its standard error): the smallest ε with max_d δ̂_d(ε) <= δ on the
   samples at σ."""
   d = _checks.check_open_unit("delta", delta)
@@ -758,7 +775,7 @@ def calibrate_epsilon(pair: BMinSepPair, *, noise_multiplier: float, delta: floa
 def estimate_verify_release(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
                             delta: float, seed: monte_carlo.SeedLike,
                             delta_verify: float | None = None, num_samples: int | None = None,
-                            chunk_size: int = DEFAULT_CHUNK_SIZE
+                            chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE
                             ) -> verification.VerificationResult:
   """Alg. 1 of paper 003 on both directions, each on a fresh sample of `num_samples`
   (default and minimum: what Thm 2.1 needs): verified iff both δ̂ <= δ_verify. Were the true
