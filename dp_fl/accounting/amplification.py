@@ -71,6 +71,24 @@ those are larger (heavy-tailed privacy losses at the minimum sample size)."""
 STANDARD_ERRORS = 4.0
 _MARGIN_STEPS = 4
 
+VERIFICATION_STANDARD_ERRORS = 2.5
+"""The margin also covers this many relative standard errors of the verification's own δ̂:
+at most √((1 + margin) / (m δ_verify)) at δ̂ = δ_verify / (1 + margin), since each summand is
+in [0, 1] (E f² <= E f). At the minimum sample size that error is ≈ 18 % (m δ_verify ≈ 37), so a
+20 % margin alone failed about one verification in ten; with it, about one in 160."""
+
+
+def verification_margin(margin: float, num_samples: int, delta_verify: float) -> float:
+  """The smallest margin >= `margin` covering `VERIFICATION_STANDARD_ERRORS` relative standard
+  errors of a verification of `num_samples` at δ_verify (a fixed point, from above)."""
+  out = margin
+  for _ in range(50):
+    need = VERIFICATION_STANDARD_ERRORS * math.sqrt((1.0 + out) / (num_samples * delta_verify))
+    if need <= out * (1.0 + 1e-9):
+      return out
+    out = need
+  return out
+
 TRAINING_VERIFY_RATIO = 0.5
 """δ_verify / δ of training runs: Thm 2.1 then needs about 7× fewer samples than at 0.8
 (7.5e6 instead of 5.4e7 at δ = 1e-5) for a slightly larger σ (calibrated to δ/2)."""
@@ -226,9 +244,9 @@ def release_noise_multiplier(pair: MonteCarloPair, *, epsilon: float,
   (paper 003; the b-min-sep pair's two directions, `b_min_sep`).
 
   1. Alg. 2 on the calibration sample: σ* with δ̂(σ*) = δ_verify / (1 + margin), the margin
-     widened (same sample) to `STANDARD_ERRORS` relative standard errors of δ̂(σ*) when
-     those exceed it; σ is σ* rounded up to 6 significant digits (the value printed is the
-     value verified).
+     at least `verification_margin` (the verification's own error) and widened (same
+     sample) to `STANDARD_ERRORS` relative standard errors of δ̂(σ*) when those exceed it;
+     σ is σ* rounded up to 6 significant digits (the value printed is the value verified).
   2. Alg. 1 on an independent sample of `num_samples` (default and minimum: what Thm 2.1
      needs for δ_verify and δ): released iff δ̂(σ) <= δ_verify.
 
@@ -245,7 +263,7 @@ def release_noise_multiplier(pair: MonteCarloPair, *, epsilon: float,
   d, dv, m, required = _check_release_args(delta, delta_verify, calibration_margin,
                                            num_samples, verify_ratio)
   cal_seed, ver_seed = accounting_seeds(seed)
-  margin = calibration_margin
+  margin = verification_margin(calibration_margin, m, dv)
   for _ in range(_MARGIN_STEPS):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
@@ -349,7 +367,7 @@ def release_epsilon(pair: MonteCarloPair, *, noise_multiplier: float,
                                                seed=cal_seed)
     tails = [losses[losses > 0.0]]
     del losses
-  margin = calibration_margin
+  margin = verification_margin(calibration_margin, m, dv)
   for _ in range(_MARGIN_STEPS):
     eps_star, cal_hat, cal_se = monte_carlo.epsilon_on_tails(tails, m, dv / (1.0 + margin),
                                                              unamplified)

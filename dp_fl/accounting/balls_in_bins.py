@@ -113,7 +113,10 @@ class BallsInBinsPair:
   Attributes:
     num_bins: b, batches (bins) per epoch (Def. 3.1).
     num_epochs: E, so the number of rounds is n = b * E (or `rounds`).
-    gram: b x b Gram matrix, gram[i, k] = <m_i, m_k> (read-only).
+    gram: a x a Gram matrix of the first a bins, gram[i, k] = <m_i, m_k> (read-only):
+      a = b, or, in a single epoch of n < b rounds, a = n — the bins whose turn never
+      comes have zero modes (their users take part in no round), so only the a active ones
+      are stored and sampled (O(a²) a sample instead of O(b²)).
     rounds: n when the last epoch is cut short, b * (E - 1) < n <= b * E (None: b * E);
       bins whose turn in the last epoch never comes take part E - 1 times.
   """
@@ -128,10 +131,12 @@ class BallsInBinsPair:
     e = _checks.check_positive_int("num_epochs", self.num_epochs)
     object.__setattr__(self, "rounds", _check_rounds(self.rounds, b, e))
     g = _checks.check_finite_array("gram", self.gram, ndim=2)
-    if g.shape != (b, b):
+    a = min(b, self.rounds) if e == 1 else b
+    if g.shape not in ((b, b), (a, a)):
       raise ValueError(
-          f"`gram` must have shape (num_bins, num_bins) = ({b}, {b}); got "
-          f"{g.shape}. Build it with `dominating_pair`.")
+          f"`gram` must have shape (num_bins, num_bins) = ({b}, {b}) (or ({a}, {a}), the "
+          f"bins whose turn comes in {self.rounds} rounds); got {g.shape}. Build it with "
+          "`dominating_pair`.")
     if not np.allclose(g, g.T, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(g).max())):
       raise ValueError("`gram` must be symmetric; got a non-symmetric matrix. "
                        "Build it with `dominating_pair`.")
@@ -148,6 +153,11 @@ class BallsInBinsPair:
   def num_rounds(self) -> int:
     """n: b * E (Def. 3.1), or fewer when the last epoch is cut short (`rounds`)."""
     return self.rounds
+
+  @property
+  def num_active_bins(self) -> int:
+    """a: the bins `gram` covers; the other b − a have zero modes."""
+    return self.gram.shape[0]
 
   @property
   def sensitivity(self) -> float:
@@ -262,7 +272,7 @@ def _toeplitz_gram(coefs: np.ndarray, b: int, e: int, n: int | None = None) -> n
   """
   n = b * e if n is None else n
   s = _folded(coefs, b, e)[:n]
-  g = np.zeros((b, b))
+  g = np.zeros((min(b, n), min(b, n)))  # Bins k >= n never take part: not stored.
   ks = np.arange(min(b, n))
   for d in range(ks.size):
     prefix = np.cumsum(s[:n - d] * s[d:])  # prefix[L - 1] = sum_{v < L}.
@@ -291,8 +301,9 @@ def dominating_pair(*, num_bins: int, num_epochs: int, matrix: Any = None,
     A `BallsInBinsPair` holding the Gram matrix of the modes m_i.
   """
   b, e, n = _check_matrix_input(num_bins, num_epochs, matrix, toeplitz_coefs, rounds)
+  active = min(b, n)  # Bins whose turn comes (all of them from the second epoch on).
   if matrix is not None:
-    modes = mode_means(num_bins=b, num_epochs=e, matrix=matrix, rounds=n)
+    modes = mode_means(num_bins=b, num_epochs=e, matrix=matrix, rounds=n)[:, :active]
     gram = modes.T @ modes
   else:
     gram = _toeplitz_gram(_validated_toeplitz(toeplitz_coefs, b * e), b, e, n)
@@ -305,21 +316,26 @@ def dominating_pair(*, num_bins: int, num_epochs: int, matrix: Any = None,
 
 
 class _Kernel(monte_carlo.LossModel):
-  """The balls-in-bins loss model: G = F F^T, alpha[k, i] = G[k, i] - G[i, i] / 2, a sample
-  is (k, W = F xi)."""
+  """The balls-in-bins loss model: G = F F^T over the a active bins, alpha[k, i] = G[k, i] -
+  G[i, i] / 2 (row a: a bin that never takes part, G[k, i] = 0), a sample is (k, W = F xi);
+  the b - a inactive modes each add e^0 = 1 to the mixture's sum (`log_rest`)."""
 
   def __init__(self, pair: BallsInBinsPair):
     g = pair.gram
     w, v = np.linalg.eigh(g)
     w = np.clip(w, 0.0, None)
     self.factor_t = np.ascontiguousarray((v * np.sqrt(w)).T)
-    self.alpha = g - 0.5 * np.diag(g)[None, :]
-    self.num_bins = self.num_columns = pair.num_bins
+    half_diag = 0.5 * np.diag(g)[None, :]
+    self.alpha = np.concatenate([g - half_diag, -half_diag])
+    self.num_bins = pair.num_bins
+    self.num_active = self.num_columns = pair.num_active_bins
     self.log_b = math.log(pair.num_bins)
+    inactive = pair.num_bins - self.num_active
+    self.log_rest = math.log(inactive) if inactive else -math.inf
 
   def draw(self, generator, count):
     bins = generator.integers(0, self.num_bins, size=count)
-    return bins, generator.standard_normal((count, self.num_bins))
+    return np.minimum(bins, self.num_active), generator.standard_normal((count, self.num_active))
 
   def prepare(self, rows):
     bins, xi = rows
@@ -327,21 +343,23 @@ class _Kernel(monte_carlo.LossModel):
 
   def stats(self, rows, u, eps, derivative=False):
     k, w = rows
-    return _chunk_stats(self.alpha[k], w, u, eps, self.log_b, derivative)
+    return _chunk_stats(self.alpha[k], w, u, eps, self.log_b, derivative, self.log_rest)
 
   def screen(self, rows, u_lo, u_hi, eps):
     """With u in [u_lo, u_hi] each term alpha_i u^2 + W_i u is at most
     B_i = max(alpha_i u_lo^2, alpha_i u_hi^2) + max(W_i u_lo, W_i u_hi), and
-    Y <= logsumexp(B) - log b; rows with that bound <= eps give f = 0 in the bracket."""
+    Y <= logsumexp(B, log_rest) - log b; rows with that bound <= eps give f = 0 in the
+    bracket."""
     k, w = rows
     a_max = np.where(self.alpha >= 0, self.alpha * u_hi**2, self.alpha * u_lo**2)
     bound = a_max[k]
     bound += w * u_lo
     bound += np.maximum(w, 0.0) * (u_hi - u_lo)
     keep = np.zeros(k.shape[0], dtype=bool)
-    cand = np.nonzero(bound.max(axis=1) > eps)[0]
+    cand = np.nonzero(np.maximum(bound.max(axis=1), self.log_rest) > eps)[0]
     if cand.size:
-      keep[cand] = special.logsumexp(bound[cand], axis=1) - self.log_b > eps
+      keep[cand] = np.logaddexp(special.logsumexp(bound[cand], axis=1),
+                                self.log_rest) - self.log_b > eps
     return keep
 
 
@@ -353,7 +371,7 @@ def privacy_loss(pair: BallsInBinsPair, noise_multiplier: float, bins: Any,
     pair: the dominating pair.
     noise_multiplier: sigma > 0.
     bins: int array (m,) of sampled bins k in [0, b).
-    projections: array (m, b) with W[j, i] = <m_i, Z_j>.
+    projections: array (m, a) with W[j, i] = <m_i, Z_j> over the active bins.
 
   Returns:
     float64 array (m,) of privacy losses.
@@ -361,22 +379,23 @@ def privacy_loss(pair: BallsInBinsPair, noise_multiplier: float, bins: Any,
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   k = np.asarray(bins)
   w = _checks.check_finite_array("projections", projections, ndim=2)
-  b = pair.num_bins
-  if w.shape[1] != b or k.shape != (w.shape[0],):
+  b, a = pair.num_bins, pair.num_active_bins
+  if w.shape[1] != a or k.shape != (w.shape[0],):
     raise ValueError(
-        f"`bins` must have shape (m,) and `projections` shape (m, {b}); got "
+        f"`bins` must have shape (m,) and `projections` shape (m, {a}); got "
         f"{k.shape} and {w.shape}.")
   if not np.issubdtype(k.dtype, np.integer) or np.any((k < 0) | (k >= b)):
     raise ValueError(f"`bins` must be integers in [0, {b}); got {k[:4]!r}...")
   kernel = _Kernel(pair)
-  return _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b)
+  return _losses(kernel.alpha[np.minimum(k, a)], w, 1.0 / sigma, kernel.log_b,
+                 kernel.log_rest)
 
 
 def _losses(alpha_rows: np.ndarray, w: np.ndarray, u: float,
-            log_b: float) -> np.ndarray:
+            log_b: float, log_rest: float = -math.inf) -> np.ndarray:
   a = alpha_rows * (u * u)
   a += w * u
-  return special.logsumexp(a, axis=1) - log_b
+  return np.logaddexp(special.logsumexp(a, axis=1), log_rest) - log_b
 
 
 def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
@@ -394,7 +413,7 @@ def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
                                     monte_carlo.check_chunk_size(chunk_size))
   kernel = stream.model
   return np.concatenate([
-      _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b)
+      _losses(kernel.alpha[k], w, 1.0 / sigma, kernel.log_b, kernel.log_rest)
       for k, w in stream.chunks(m)
   ])
 
@@ -405,17 +424,19 @@ def sample_privacy_loss(pair: BallsInBinsPair, *, noise_multiplier: float,
 
 
 def _chunk_stats(alpha_rows: np.ndarray, w: np.ndarray, u: float, eps: float,
-                 log_b: float, derivative: bool = False) -> monte_carlo.Stats:
-  """delta_hat sums over one chunk at sigma = 1/u (Alg. 2 lines 3-4)."""
+                 log_b: float, derivative: bool = False,
+                 log_rest: float = -math.inf) -> monte_carlo.Stats:
+  """delta_hat sums over one chunk at sigma = 1/u (Alg. 2 lines 3-4); `log_rest` is the log
+  of the inactive modes' part of the sum (each e^0 = 1)."""
   a = alpha_rows * (u * u)
   a += w * u
-  top = a.max(axis=1)
+  top = np.maximum(a.max(axis=1), log_rest)
   cand = np.nonzero(top > eps)[0]  # Y <= max_i a_i, so others give f = 0.
   if cand.size == 0:
     return monte_carlo.Stats()
   ac = a[cand] - top[cand, None]
   e = np.exp(ac)
-  tot = e.sum(axis=1)
+  tot = e.sum(axis=1) + np.exp(log_rest - top[cand])
   y = top[cand] + np.log(tot) - log_b
   tail = y > eps
   if not np.any(tail):

@@ -87,7 +87,8 @@ def test_toeplitz_gram_matches_dense(b, e, coefs):
     coefs=st.lists(st.floats(1e-3, 3.0), min_size=1, max_size=50))
 def test_a_short_last_epoch_is_c_padded_with_zeros(b, e, cut, coefs):
   """n rounds with b * (E - 1) < n < b * E: the pair of the n x n C padded with zero rows and
-  columns to b * E (the rounds never run release nothing), from both input forms."""
+  columns to b * E (the rounds never run release nothing), from both input forms; in a single
+  epoch the bins whose turn never comes (zero modes) are left out of the Gram matrix."""
   n = b * e - cut % b
   full = np.zeros((b * e, b * e))
   full[:n, :n] = _dense_toeplitz(np.asarray(coefs), n)
@@ -97,7 +98,11 @@ def test_a_short_last_epoch_is_c_padded_with_zeros(b, e, cut, coefs):
   for kwargs in (dict(toeplitz_coefs=coefs), dict(matrix=full[:n, :n])):
     pair = bib.dominating_pair(num_bins=b, num_epochs=e, rounds=n, **kwargs)
     assert pair.num_rounds == n
-    np.testing.assert_allclose(pair.gram, modes.T @ modes, rtol=1e-11, atol=1e-11 * scale)
+    active = pair.num_active_bins
+    assert active == (min(b, n) if e == 1 else b)
+    assert not np.any(modes[:, active:])
+    np.testing.assert_allclose(pair.gram, (modes.T @ modes)[:active, :active], rtol=1e-11,
+                               atol=1e-11 * scale)
     np.testing.assert_allclose(
         bib.mode_means(num_bins=b, num_epochs=e, rounds=n, **kwargs), modes[:n],
         rtol=1e-12, atol=1e-12)
@@ -451,6 +456,31 @@ def test_generator_seed_is_accepted(pair):
   b = bib.sample_privacy_loss(pair, noise_multiplier=1.0, num_samples=10,
                               seed=np.random.default_rng(0))
   np.testing.assert_array_equal(a, b)
+
+
+def test_bins_whose_turn_never_comes_are_not_sampled():
+  # 8 rounds of 1000 bins (the issue's 8-round, 5-client job of a 5000-user population): only
+  # 8 bins are active; the rest are the zero mode, the same pair as the full b x b one.
+  n, b = 8, 1000
+  coefs = _blt_coefs(b)
+  pair = bib.dominating_pair(num_bins=b, num_epochs=1, rounds=n, toeplitz_coefs=coefs)
+  assert pair.gram.shape == (n, n) and pair.num_active_bins == n
+  full = np.zeros((b, b))
+  full[:n, :n] = pair.gram
+  wide = bib.BallsInBinsPair(num_bins=b, num_epochs=1, gram=full, rounds=n)
+  assert wide.num_active_bins == b
+  kw = dict(noise_multiplier=0.3, epsilon=1.0, num_samples=2 ** 18)
+  compact = bib.estimate_delta(pair, seed=1, **kw)
+  reference = bib.estimate_delta(wide, seed=2, **dict(kw, num_samples=2 ** 14))
+  assert compact.delta_hat == pytest.approx(
+      reference.delta_hat, abs=4 * math.hypot(compact.standard_error, reference.standard_error))
+  # Exactly: a user in an inactive bin adds nothing; P = (n/b) mix + (1 - n/b) Q.
+  mat = scipy.linalg.toeplitz(coefs[:n], np.zeros(n))
+  dense = bib.dominating_pair(num_bins=b, num_epochs=1, rounds=n, matrix=mat)
+  np.testing.assert_allclose(dense.gram, pair.gram, rtol=1e-12)
+  cal = bib.calibrate_noise_multiplier(pair, epsilon=1.0, delta=1e-4, num_samples=2 ** 17,
+                                       seed=3)
+  assert cal.noise_multiplier < cal.unamplified_noise_multiplier
 
 
 if __name__ == "__main__":
