@@ -18,9 +18,11 @@ per round for unit clip norm, comparable across mechanisms):
   sampling, sized to a 5 % relative standard error of δ̂ (at most `--mc_samples`), with its
   standard error (an estimate; a run releases σ only after Estimate-Verify-Release).
 
-Settings: `stackoverflow` (paper 004 Table 3: n = 2052, E = 6; BLT and BandMF) and
+Settings: `stackoverflow` (paper 004 Table 3: n = 2052, E = 6; BLT and BandMF),
 `paper003_fig2` (paper 003 Fig. 2: n = 2048, E = 16; DP-SGD and 64-band BandMF, the RMSE
-improvement of each amplification over no amplification). Writes table.json, table.md and
+improvement of each amplification over no amplification) and `b_min_sep_headline` (n = 256,
+E = 8: b-min-sep, cyclic Poisson and balls-in-bins on the same 16-band BandMF and DP-SGD at
+the same participation rate, from high noise to low). Writes table.json, table.md and
 table.png in --out_dir; prints the Markdown (or JSON with --format json).
 
   .venv/bin/python -m scripts.amplification_table --setting stackoverflow --out_dir /tmp/amp
@@ -53,6 +55,20 @@ SETTINGS = {
     "stackoverflow": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
                           mechanisms=(("blt", None), ("bandmf", None)),
                           cyclic_bands=(4, 16, 64), min_sep_fractions=(1.0, 0.5)),
+    # b-min-sep next to cyclic Poisson and balls-in-bins on the same C at the same rate (1/32
+    # a round): BandMF with 16 bands (cyclic Poisson's 16 groups, q = 0.5; b-min-sep b = 16,
+    # p = 1/17, exact), and DP-SGD (Poisson q = 1/32).
+    # b-min-sep at paper 004's schedule with its population's rate, 1000 of 342,477 a round
+    # (b = 342: p = 0.677); the other schemes' rows are the `stackoverflow` setting's.
+    "stackoverflow_b_min_sep": dict(rounds=2052, epochs=6, delta=1e-5, epsilons=(2.0, 4.0, 8.0),
+                                    mechanisms=(("blt", None), ("bandmf", None)),
+                                    cyclic_bands=(), min_sep_fractions=(1.0,),
+                                    participation_rate=1000 / 342477,
+                                    schemes=("min_sep", "b_min_sep")),
+    "b_min_sep_headline": dict(rounds=256, epochs=8, delta=1e-5,
+                               epsilons=(1.0, 2.0, 4.0, 8.0, 16.0),
+                               mechanisms=(("bandmf", 16), ("dpsgd", None)),
+                               cyclic_bands=(16,), min_sep_fractions=(0.5,)),
     "paper003_fig2": dict(rounds=2048, epochs=16, delta=1e-5,
                           epsilons=(1.0, 2.0, 4.0, 8.0, 16.0),
                           mechanisms=(("dpsgd", None), ("bandmf", 64)), cyclic_bands=(),
@@ -74,8 +90,12 @@ def _build(name: str, rounds: int, min_sep: int, epochs: int, bands: Optional[in
 
 def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta: float,
              epsilons: Sequence[float], cyclic_bands: Sequence[int], mc_samples: int,
-             seed: int, min_sep_fractions: Sequence[float] = ()) -> list[dict[str, Any]]:
-  """The rows of one mechanism: each scheme at each ε (see the module doc)."""
+             seed: int, min_sep_fractions: Sequence[float] = (),
+             relative_standard_error: float = 0.05,
+             participation_rate: Optional[float] = None,
+             schemes: Sequence[str] = SCHEMES) -> list[dict[str, Any]]:
+  """The rows of one mechanism: each scheme (of `schemes`) at each ε (see the module doc);
+  b-min-sep at `participation_rate` a round (default E/n)."""
   bins = rounds // epochs
   mechanism = _build(name, rounds, bins, epochs, bands)
   label = name if bands is None else f"{name} ({bands} bands)"
@@ -87,6 +107,8 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
     rows.append(dict(mechanism=label, scheme=MIN_SEP, epsilon=eps, delta=delta,
                      noise_multiplier=sigma, noise_multiplier_standard_error=0.0,
                      rmse=_rmse(mechanism, rounds, sigma), note=f"sensitivity {sens:.4g}"))
+    if BALLS_IN_BINS not in schemes:
+      continue
     started = time.perf_counter()
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", balls_in_bins.InsufficientSamplesWarning)
@@ -98,16 +120,17 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
                      rmse=_rmse(mechanism, rounds, cal.noise_multiplier),
                      note=f"{bins} bins; Alg. 2 on {mc_samples} samples "
                           f"({time.perf_counter() - started:.0f} s)"))
-  for fraction in min_sep_fractions:
+  rate = 1.0 / bins if participation_rate is None else participation_rate
+  for fraction in (min_sep_fractions if B_MIN_SEP in schemes else ()):
     b = max(1, int(round(bins * fraction)))
     sampling = b_min_sep.BMinSepSampling(
-        rounds, b, b_min_sep.BMinSepSampling.probability_for_rate(1.0 / bins, b))
+        rounds, b, b_min_sep.BMinSepSampling.probability_for_rate(rate, b))
     bms_pair = amplification.b_min_sep_pair(mechanism, sampling)
     for eps in epsilons:
       started = time.perf_counter()
       cal = b_min_sep.calibrate_noise_multiplier(
           bms_pair, epsilon=eps, delta=delta, num_samples=mc_samples, seed=seed,
-          relative_standard_error=0.05)
+          relative_standard_error=relative_standard_error)
       rows.append(dict(
           mechanism=label, scheme=B_MIN_SEP, epsilon=eps, delta=delta,
           noise_multiplier=cal.noise_multiplier,
@@ -123,7 +146,7 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
   if name == "bandmf":
     cyclic = [(b, _build("bandmf", rounds, b, None, b), f"bandmf ({b} bands)")
               for b in sorted(set(cyclic_bands) | ({bands} if bands else set()))]
-  for groups, banded, banded_label in cyclic:
+  for groups, banded, banded_label in (cyclic if CYCLIC_POISSON in schemes else ()):
     q = epochs * groups / rounds
     if q > 1.0:
       continue
@@ -143,22 +166,28 @@ def rows_for(name: str, bands: Optional[int], *, rounds: int, epochs: int, delta
   return rows
 
 
-def table(setting: str, mc_samples: int, seed: int) -> dict[str, Any]:
+def table(setting: str, mc_samples: int, seed: int,
+          relative_standard_error: float = 0.05) -> dict[str, Any]:
   spec = SETTINGS[setting]
   rows = []
   for name, bands in spec["mechanisms"]:
     rows += rows_for(name, bands, rounds=spec["rounds"], epochs=spec["epochs"],
                      delta=spec["delta"], epsilons=spec["epsilons"],
                      cyclic_bands=spec["cyclic_bands"], mc_samples=mc_samples, seed=seed,
-                     min_sep_fractions=spec.get("min_sep_fractions", ()))
+                     min_sep_fractions=spec.get("min_sep_fractions", ()),
+                     relative_standard_error=relative_standard_error,
+                     participation_rate=spec.get("participation_rate"),
+                     schemes=spec.get("schemes", SCHEMES))
   baseline = {(r["family"], r["epsilon"]): r["rmse"] for r in rows
               if r["scheme"] == MIN_SEP}
   for r in rows:  # RMSE improvement over the family's min-sep row (paper 003 Fig. 2)
     base = baseline.get((r["family"], r["epsilon"]))
     r["rmse_improvement_percent"] = (None if base is None or r["scheme"] == MIN_SEP
                                      else 100.0 * (1.0 - r["rmse"] / base))
-  return {"setting": setting, **{k: v for k, v in spec.items() if k != "mechanisms"},
-          "mc_samples": mc_samples, "seed": seed, "rows": rows}
+  return {"setting": setting,
+          **{k: v for k, v in spec.items() if k not in ("mechanisms", "schemes")},
+          "mc_samples": mc_samples, "seed": seed,
+          "b_min_sep_relative_standard_error": relative_standard_error, "rows": rows}
 
 
 def markdown(output: dict[str, Any]) -> str:
@@ -206,6 +235,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                       help="Monte Carlo samples of the balls-in-bins calibration (the most "
                            "the b-min-sep calibration draws)")
   parser.add_argument("--seed", type=int, default=0, help="seed of the Monte Carlo sample")
+  parser.add_argument("--relative_standard_error", type=float, default=0.05,
+                      help="b-min-sep rows: the sample grows until δ̂'s relative standard "
+                           "error is at most this (or --mc_samples)")
   parser.add_argument("--out_dir", default=None,
                       help="write table.json, table.md and table.png here")
   parser.add_argument("--format", choices=("table", "json"), default="table")
@@ -219,7 +251,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   def body() -> int:
     if args.mc_samples < 1024:
       raise ValueError(f"--mc_samples={args.mc_samples} is too small; use e.g. 1048576.")
-    output = table(args.setting, args.mc_samples, args.seed)
+    if not 0.0 < args.relative_standard_error < 1.0:
+      raise ValueError(f"--relative_standard_error={args.relative_standard_error} must be in "
+                       "(0, 1); use e.g. 0.05.")
+    output = table(args.setting, args.mc_samples, args.seed, args.relative_standard_error)
     if args.out_dir:  # compute → JSON → draw: table.md and table.png from table.json.
       results.write(args.out_dir, output, "table.json",
                     markdown={"table.md": lambda data: markdown(data)

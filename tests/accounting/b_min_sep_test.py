@@ -282,6 +282,10 @@ def test_direction_that_needs_no_noise_is_skipped():
   cal = bms.calibrate_noise_multiplier(pair, epsilon=1.0, delta=1e-3, num_samples=2**14, seed=0)
   assert cal.by_direction[bms.ADD]["noise_multiplier"] == 0.0
   assert cal.direction == bms.REMOVE
+  # Its verification needs no sample of that direction (exact bound 0 <= δ_verify).
+  ver = bms.estimate_verify_release(pair, noise_multiplier=cal.noise_multiplier * 1.2,
+                                    epsilon=1.0, delta=1e-3, seed=1)
+  assert ver.verified and ver.delta_hat > 0.0  # The sampled (remove) direction is the worse.
   with pytest.raises(ValueError, match="without any noise"):
     bms.calibrate_noise_multiplier(pair, epsilon=1.0, delta=0.5, num_samples=2**14, seed=0)
 
