@@ -73,6 +73,8 @@ def _chunk_rows(chunk_size: Optional[int], rounds: int) -> int:
     return chunk_size
   block = monte_carlo.RNG_BLOCK
   return max(block, min(64 * block, _CHUNK_ELEMENTS // max(rounds, 1) // block * block))
+
+
 # The largest n the dense Gram matrix (8 n² bytes, twice) is built for.
 MAX_ROUNDS = 12288
 # Calibration passes over the sample, for the progress ETA (pilots + screens + verification).

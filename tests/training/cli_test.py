@@ -19,6 +19,7 @@ _FLAG_DEFAULTS = {
     "mechanism_params": None, "cpsgd_levels": 16, "cpsgd_trials": None, "cpsgd_p": 0.5,
     "cpsgd_x_max": None, "participation": "device_timer", "timer_hours": 24.0,
     "round_hours": 1.0, "availability": "always", "population_sampling_rate": None,
+    "sampling_probability": None, "warm_start": True,  # b-min-sep (issue #44).
     "client_optimizer": "sgd", "client_learning_rate": 0.5, "client_epochs": 1,
     "server_learning_rate": 1.0, "server_momentum": 0.9, "server_optimizer": "sgdm",
     "server_adam_epsilon": 0.001, "cooldown_rounds": 0, "cooldown_final_fraction": 0.1,
@@ -66,7 +67,8 @@ def test_every_flag_keeps_its_name_default_and_help():
   for mechanism, participation, runtime in (("blt", "device_timer", "tff_worker"),
                                             ("bandmf", "min_sep_rounds", "xla"),
                                             ("dpfedavg", "poisson", "tff_worker"),
-                                            ("cpsgd", "uniform", "workers")):
+                                            ("cpsgd", "uniform", "workers"),
+                                            ("blt", "b_min_sep", "tff_worker")):
     config = registry.make_config(task="toy", root_dir="/tmp/unused", rounds=5,
                                   clients_per_round=5, mechanism=mechanism,
                                   participation=participation, runtime=runtime,
