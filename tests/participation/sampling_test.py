@@ -276,7 +276,10 @@ def test_b_min_sep_resumes_bitwise_and_discards_keep_the_separation():
   scheduler.discard(selection)  # Its clients wait like the others.
   assert not np.any(scheduler.eligible(selection.round_index)[selection.client_ids])
   blob = scheduler.to_bytes()
-  restored = sampling.BMinSepScheduler.from_bytes(blob)
+  from dp_fl.participation import checkpoint, schemes  # pylint: disable=import-outside-toplevel
+  del schemes  # Registers the b-min-sep scheduler's KIND for checkpoints.
+  restored = checkpoint.restore_scheduler(blob)
+  assert isinstance(restored, sampling.BMinSepScheduler)
   for _ in range(8):
     a, b = scheduler.next_round(), restored.next_round()
     np.testing.assert_array_equal(a.client_ids, b.client_ids)
