@@ -55,7 +55,8 @@ def test_every_entry_declares_its_settings():
                                 "max_participations", "blt_buffers", "bands", "cpsgd_levels",
                                 "cpsgd_trials", "cpsgd_p", "cpsgd_x_max"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
-                                    "population_sampling_rate"]
+                                    "population_sampling_rate", "sampling_probability",
+                                    "warm_start"]
   assert kinds["runtime"] == ["device", "jit_compile", "workers", "worker_timeout_seconds",
                               "worker_tls_ca_cert", "worker_tls_client_cert",
                               "worker_tls_client_key"]
