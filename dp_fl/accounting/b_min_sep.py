@@ -89,6 +89,26 @@ _SCALE_LOG = 230.0
 # The sampling scheme.
 
 
+def first_eligible_probabilities(min_sep: int, sampling_probability: float,
+                                 warm_start: bool = True) -> np.ndarray:
+  """P[a client is first eligible at round j], j = 0..b-1: the chain's stationary law
+  (eligible at 0 with probability 1 / (1 + (b − 1) p), else uniform on 1..b-1; their Alg. 2),
+  or eligible at 0 (pure, Alg. 1)."""
+  b, p = min_sep, sampling_probability
+  out = np.zeros(b)
+  if not warm_start:
+    out[0] = 1.0
+    return out
+  out[:] = p / (1.0 + (b - 1) * p)
+  out[0] = 1.0 / (1.0 + (b - 1) * p)
+  return out
+
+
+def stationary_participation_rate(min_sep: int, sampling_probability: float) -> float:
+  """p / (1 + (b − 1) p): the stationary chance of taking part in a round."""
+  return sampling_probability / (1.0 + (min_sep - 1) * sampling_probability)
+
+
 @dataclasses.dataclass(frozen=True)
 class BMinSepSampling:
   """b-min-sep sampling of one client over n rounds (Dong & Ganesh 2026, Alg. 1 / Alg. 2).
@@ -119,8 +139,7 @@ class BMinSepSampling:
   @property
   def participation_rate(self) -> float:
     """p / (1 + (b − 1) p): the stationary chance of taking part in a round."""
-    p, b = self.sampling_probability, self.min_sep
-    return p / (1.0 + (b - 1) * p)
+    return stationary_participation_rate(self.min_sep, self.sampling_probability)
 
   @staticmethod
   def probability_for_rate(rate: float, min_sep: int) -> float:
@@ -139,15 +158,8 @@ class BMinSepSampling:
   def initial_wait_probabilities(self) -> np.ndarray:
     """P[the client is first eligible at round j], j = 0..b-1 (warm start: the stationary
     law of the chain; pure: eligible at 0)."""
-    b, p = self.min_sep, self.sampling_probability
-    out = np.zeros(b)
-    if not self.warm_start:
-      out[0] = 1.0
-      return out
-    norm = 1.0 + (b - 1) * p
-    out[0] = 1.0 / norm
-    out[1:] = p / norm
-    return out
+    return first_eligible_probabilities(self.min_sep, self.sampling_probability,
+                                        self.warm_start)
 
   def sample_patterns(self, generator: np.random.Generator, count: int) -> np.ndarray:
     """`count` participation patterns, a bool array (count, n): the chain run forward."""
@@ -633,17 +645,6 @@ def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float
     mean, se = stats.mean_and_se(m)
     out[d] = DirectionEstimate(d, mean, se, m, stats.num_tail)
   return DeltaEstimate(eps, sigma, out[REMOVE], out[ADD])
-
-
-def sample_privacy_loss(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
-                        seed: monte_carlo.SeedLike, direction: str = REMOVE,
-                        chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE) -> np.ndarray:
-  """m privacy-loss samples of one direction (log L_up under P, or log L_low under Q), the
-  same sample `estimate_delta` uses for that direction."""
-  sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
-  m = _checks.check_positive_int("num_samples", num_samples)
-  stream = _stream(pair, direction, _direction_seeds(seed)[direction], chunk_size)
-  return np.concatenate([stream.model.losses(rows, 1.0 / sigma) for rows in stream.chunks(m)])
 
 
 def unamplified_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: float) -> float:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from dp_fl import _checks
+from dp_fl.accounting import b_min_sep
 from dp_fl.participation import base
 
 
@@ -99,11 +100,10 @@ class BMinSepScheduler(base.Scheduler):
     self._warm_start = bool(warm_start)
     self._eligible_from = np.zeros(self._num_clients, dtype=np.int64)
     if self._warm_start and self._min_sep > 1:
-      b, p = self._min_sep, self._p
-      law = np.full(b, p / (1.0 + (b - 1) * p))
-      law[0] = 1.0 / (1.0 + (b - 1) * p)
+      law = b_min_sep.first_eligible_probabilities(self._min_sep, self._p)
       rng = self._rng(base.STREAM_BINS, 0)
-      self._eligible_from = rng.choice(b, size=self._num_clients, p=law).astype(np.int64)
+      self._eligible_from = rng.choice(self._min_sep, size=self._num_clients,
+                                       p=law).astype(np.int64)
 
   @property
   def enforced_min_separation(self) -> int:
@@ -124,7 +124,7 @@ class BMinSepScheduler(base.Scheduler):
   @property
   def expected_cohort_size(self) -> float:
     """p N / (1 + (b - 1) p): the stationary expected cohort."""
-    return self._p * self._num_clients / (1.0 + (self._min_sep - 1) * self._p)
+    return b_min_sep.stationary_participation_rate(self._min_sep, self._p) * self._num_clients
 
   def eligible(self, round_index: int) -> np.ndarray:
     """Whether each client may be sampled in row `round_index`."""
