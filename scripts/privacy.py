@@ -53,6 +53,7 @@ from dp_fl.accounting import report as report_lib
 from dp_fl.accounting import verification
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import families  # pylint: disable=unused-import  (every mechanism)
+from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import schemes
 
 VerificationFailedError = analyses.VerificationFailedError
@@ -191,26 +192,36 @@ def b_min_sep_release(name, params_in, rounds, min_sep, delta, *, target_epsilon
                       noise_multiplier=None, sampling_probability=None, population=None,
                       clients_per_round=None, warm_start=True, buffers=4, mc_samples=None,
                       seed=None, delta_verify=None,
-                      calibration_margin=DEFAULT_CALIBRATION_MARGIN, bands=None
+                      calibration_margin=DEFAULT_CALIBRATION_MARGIN, bands=None,
+                      availability="always", round_hours=1.0, availability_seed=0
                       ) -> dict[str, Any]:
   """`analyses.b_min_sep`: σ for --target_epsilon, or ε for --noise_multiplier, under
   b-min-sep sampling, released by Estimate-Verify-Release; the mechanism is built for at
-  most ⌈n/b⌉ participations b apart (or loaded)."""
+  most ⌈n/b⌉ participations b apart (or loaded). With --availability other than always, the
+  device-availability variant: the --population's simulated time zones (from the public
+  --availability_seed, as a training run's --seed) put devices into classes, each accounted."""
   _require(amplification.B_MIN_SEP, mechanism=name, rounds=rounds, min_sep=min_sep,
            delta=delta)
   if (target_epsilon is None) == (noise_multiplier is None):
     raise ValueError("--sampling=b_min_sep needs exactly one of --target_epsilon (σ is "
                      "released) and --noise_multiplier (ε is released).")
+  classes = None
+  if availability != "always":
+    if population is None:
+      raise ValueError(f"--availability={availability} needs --population (the devices whose "
+                       "simulated time zones are accounted).")
+    classes = schemes.b_min_sep_availability(availability, population, availability_seed,
+                                             rounds, round_hours)
   if sampling_probability is None:
     if population is None or clients_per_round is None:
       raise ValueError(
           "--sampling=b_min_sep needs --sampling_probability, or --population and "
           "--clients_per_round (p is then the one whose stationary expected cohort is "
           "--clients_per_round).")
-    sampling_probability = b_min_sep_lib.BMinSepSampling.probability_for_rate(
-        clients_per_round / population, min_sep)
+    sampling_probability = schemes.b_min_sep_probability(
+        clients_per_round / population, rounds, min_sep, warm_start, classes)
   sampling = b_min_sep_lib.BMinSepSampling(rounds, min_sep, sampling_probability,
-                                           warm_start=warm_start)
+                                           warm_start=warm_start, availability=classes)
   delta_verify, mc_samples, required = analyses.check_release(
       delta, delta_verify, calibration_margin, seed, mc_samples)
   mechanism = _mechanism(name, params_in, rounds, min_sep, None, buffers,
@@ -235,7 +246,9 @@ ANALYSES = {
         sampling_probability=a.sampling_probability, population=a.population,
         clients_per_round=a.clients_per_round, warm_start=a.warm_start, buffers=a.buffers,
         mc_samples=a.mc_samples, seed=a.seed, delta_verify=a.delta_verify,
-        calibration_margin=a.calibration_margin, bands=a.bands),
+        calibration_margin=a.calibration_margin, bands=a.bands,
+        availability=a.availability, round_hours=a.round_hours,
+        availability_seed=a.availability_seed),
     amplification.CYCLIC_POISSON: lambda a: cyclic_poisson(
         a.mechanism, a.params_in, a.rounds, a.min_sep, a.population, a.clients_per_round,
         a.buffers, a.noise_multiplier, a.target_epsilon, a.delta, a.seed, bands=a.bands),
@@ -304,6 +317,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   parser.add_argument("--warm_start", type=exits.parse_bool, default=True, metavar="BOOL",
                       help="b_min_sep: start each client's chain in its stationary law "
                            "(default true; false: everyone eligible at round 0)")
+  parser.add_argument("--availability", choices=availability_lib.SIMULATED, default="always",
+                      help="b-min-sep: only devices available at a round's simulated time "
+                      "can be drawn (the device-availability variant; needs --population)")
+  parser.add_argument("--round_hours", type=float, default=1.0,
+                      help="b-min-sep with --availability: simulated hours between rounds")
+  parser.add_argument("--availability_seed", type=int, default=0,
+                      help="b-min-sep with --availability: the public seed of the devices' "
+                      "simulated time zones (a training run's --seed)")
   parser.add_argument("--report_out", default=None, help="write the Markdown privacy report")
   parser.add_argument("--format", choices=("table", "json"), default="table")
   resources.add_budget_flags(parser)

@@ -310,7 +310,8 @@ def b_min_sep(mechanism: catalog.Mechanism, sampling: b_min_sep_lib.BMinSepSampl
   sampling, released only after Estimate-Verify-Release on both directions of adjacency;
   `VerificationFailedError` if it fails. Beside it, the unamplified guarantee of the same
   schedule: at most ⌈n/b⌉ participations b apart (paper 004)."""
-  resources.require(b_min_sep_lib.monte_carlo_cost(sampling.rounds, mc_samples),
+  resources.require(b_min_sep_lib.monte_carlo_cost(sampling.rounds, mc_samples,
+                                                   num_classes=sampling.num_classes),
                     {"rounds": sampling.rounds, "mc_samples": mc_samples})
   pair = amplification.b_min_sep_pair(mechanism, sampling)
   common = dict(delta=delta, delta_verify=delta_verify, calibration_margin=calibration_margin,
@@ -334,11 +335,21 @@ def b_min_sep(mechanism: catalog.Mechanism, sampling: b_min_sep_lib.BMinSepSampl
   if seed is not None:
     notes.append(f"--seed={seed} fixes the accounting randomness for reproducibility; omit "
                  "it to draw both seeds from OS entropy.")
+  availability = sampling.availability
+  if availability is not None:
+    notes.append(
+        f"Device availability: only devices available at a round could be drawn. The "
+        f"{availability.num_classes} classes of public windows were each accounted and "
+        f"verified, and δ is the largest; this assumes a device's availability is independent "
+        f"of its data and its check-in during a window (probability "
+        f"{availability.window_probability:g}) is secret.")
   return {
       "mechanism": mechanism.name, "rounds": sampling.rounds, "min_sep": sampling.min_sep,
       "sampling_probability": sampling.sampling_probability,
       "warm_start": sampling.warm_start,
-      "stationary_participation_rate": sampling.participation_rate,
+      ("stationary_participation_rate" if availability is None
+       else "mean_participation_rate"): sampling.participation_rate,
+      "availability": None if availability is None else availability.to_dict(),
       "delta": delta, "epsilon": release.epsilon,
       "noise_multiplier": release.noise_multiplier, "solved_for": release.solved_for,
       "released": True, "guarantee": release.guarantee(),

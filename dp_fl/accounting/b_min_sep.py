@@ -42,6 +42,8 @@ log a_t = α_t u² + w_t u; one of the add direction is w alone (α_t = −R_t/2
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import math
 import os
 from typing import Any, Optional
@@ -52,6 +54,7 @@ import scipy.linalg
 
 from dp_fl import _checks
 from dp_fl import resources
+from dp_fl import root_finding
 from dp_fl.accounting import monte_carlo
 from dp_fl.accounting import verification
 from dp_fl.accounting import zcdp
@@ -109,6 +112,74 @@ def stationary_participation_rate(min_sep: int, sampling_probability: float) -> 
   return sampling_probability / (1.0 + (min_sep - 1) * sampling_probability)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Availability:
+  """When clients can be drawn: public windows of rounds, each open to a client by a coin.
+
+  The device-availability variant of b-min-sep: only checked-in eligible clients can be
+  sampled. Clients fall into classes by their public availability pattern (e.g. their time
+  zone): row k of `windows` gives, for each round, the index of the availability window
+  that round falls in for class k, or -1 when class k cannot check in at all. A client of
+  class k checks in for a whole window with probability `window_probability` (q), a coin per
+  client and window, independent of everything else and unknown to the adversary; q = 1: a
+  client is always there in its windows. The accounting is the worst case over the classes.
+
+  Attributes:
+    windows: (K, n) int array (read-only); a window's rounds are consecutive.
+    class_sizes: clients in each class (each >= 1).
+    window_probability: q in (0, 1].
+  """
+
+  windows: np.ndarray
+  class_sizes: tuple[int, ...]
+  window_probability: float = 1.0
+
+  def __post_init__(self):
+    w = np.asarray(self.windows)
+    if w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
+      raise ValueError(f"`windows` must be a (classes, rounds) array; got shape {w.shape}.")
+    if not np.issubdtype(w.dtype, np.integer) or np.any(w < -1):
+      raise ValueError("`windows` must hold window indices >= 0, or -1 where a class cannot "
+                       "check in.")
+    for k, row in enumerate(w):
+      change = np.nonzero(np.diff(row))[0]
+      ids = np.concatenate([row[:1], row[change + 1]])
+      ids = ids[ids >= 0]
+      if np.unique(ids).size != ids.size:
+        raise ValueError(f"`windows` row {k}: each window's rounds must be consecutive.")
+    sizes = tuple(int(c) for c in self.class_sizes)
+    if len(sizes) != w.shape[0] or min(sizes) < 1:
+      raise ValueError(f"`class_sizes` must give a positive size for each of the {w.shape[0]} "
+                       f"classes; got {self.class_sizes!r}.")
+    _checks.check_half_open_unit("window_probability", self.window_probability)
+    w = np.array(w, dtype=np.int64)
+    w.setflags(write=False)
+    object.__setattr__(self, "windows", w)
+    object.__setattr__(self, "class_sizes", sizes)
+
+  @property
+  def num_classes(self) -> int:
+    return int(self.windows.shape[0])
+
+  def segments(self, klass: int) -> list[tuple[int, int, bool]]:
+    """Class `klass`'s rounds as runs (start, stop, open): closed runs (-1) and windows."""
+    row = self.windows[klass]
+    cuts = np.concatenate([[0], np.nonzero(np.diff(row))[0] + 1, [row.size]])
+    return [(int(a), int(z), bool(row[a] >= 0)) for a, z in zip(cuts[:-1], cuts[1:])]
+
+  def digest(self) -> str:
+    """A short fingerprint of the classes (for cache keys and reports)."""
+    h = hashlib.sha256(self.windows.tobytes())
+    h.update(repr((self.windows.shape, self.class_sizes, self.window_probability)).encode())
+    return h.hexdigest()[:16]
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"num_classes": self.num_classes, "class_sizes": list(self.class_sizes),
+            "window_probability": self.window_probability,
+            "open_rounds": [int(np.count_nonzero(r >= 0)) for r in self.windows],
+            "digest": self.digest()}
+
+
 @dataclasses.dataclass(frozen=True)
 class BMinSepSampling:
   """b-min-sep sampling of one client over n rounds (Dong & Ganesh 2026, Alg. 1 / Alg. 2).
@@ -120,12 +191,16 @@ class BMinSepSampling:
     warm_start: True: the chain starts in its stationary law (their Alg. 2; the expected
       cohort is the stationary fraction from round 0). False: every client is eligible at
       round 0 (their Alg. 1; round 0's expected cohort is p N).
+    availability: None (every eligible client can be drawn), or the public availability
+      classes of the device-availability variant (`Availability`); a client is drawn with
+      probability p only in the rounds it is eligible and checked in for.
   """
 
   rounds: int
   min_sep: int
   sampling_probability: float
   warm_start: bool = True
+  availability: Optional[Availability] = None
 
   def __post_init__(self):
     _checks.check_positive_int("rounds", self.rounds)
@@ -135,11 +210,39 @@ class BMinSepSampling:
       raise ValueError(f"`sampling_probability` must be in (0, 1]; got {p!r}.")
     if not isinstance(self.warm_start, bool):
       raise ValueError(f"`warm_start` must be True or False; got {self.warm_start!r}.")
+    if self.availability is not None:
+      if not isinstance(self.availability, Availability):
+        raise ValueError(f"`availability` must be an Availability or None; got "
+                         f"{type(self.availability).__name__}.")
+      if self.availability.windows.shape[1] != self.rounds:
+        raise ValueError(f"`availability` describes {self.availability.windows.shape[1]} "
+                         f"rounds; the sampling has {self.rounds}.")
 
   @property
+  def num_classes(self) -> int:
+    """Classes of clients accounted separately (1 without availability)."""
+    return 1 if self.availability is None else self.availability.num_classes
+
+  def segments(self, klass: int = 0) -> list[tuple[int, int, bool]]:
+    """(start, stop, open) runs of rounds of class `klass` (one open run without
+    availability)."""
+    if self.availability is None:
+      return [(0, self.rounds, True)]
+    return self.availability.segments(klass)
+
+  @property
+  def window_probability(self) -> float:
+    return 1.0 if self.availability is None else self.availability.window_probability
+
+  @functools.cached_property
   def participation_rate(self) -> float:
-    """p / (1 + (b − 1) p): the stationary chance of taking part in a round."""
-    return stationary_participation_rate(self.min_sep, self.sampling_probability)
+    """The chance a client takes part in a round: p / (1 + (b − 1) p) in the stationary
+    chain; with availability, the mean over rounds and clients (`participation_probabilities`)."""
+    if self.availability is None:
+      return stationary_participation_rate(self.min_sep, self.sampling_probability)
+    sizes = np.asarray(self.availability.class_sizes, dtype=np.float64)
+    means = [participation_probabilities(self, k).mean() for k in range(self.num_classes)]
+    return float(np.dot(sizes, means) / sizes.sum())
 
   @staticmethod
   def probability_for_rate(rate: float, min_sep: int) -> float:
@@ -161,11 +264,20 @@ class BMinSepSampling:
     return first_eligible_probabilities(self.min_sep, self.sampling_probability,
                                         self.warm_start)
 
-  def sample_patterns(self, generator: np.random.Generator, count: int) -> np.ndarray:
-    """`count` participation patterns, a bool array (count, n): the chain run forward."""
+  def sample_patterns(self, generator: np.random.Generator, count: int,
+                      klass: int = 0) -> np.ndarray:
+    """`count` participation patterns of class `klass`, a bool array (count, n): the chain
+    run forward (with availability: a coin per window, drawn after the chain's draws)."""
     n, b, p = self.rounds, self.min_sep, self.sampling_probability
     wait = generator.choice(b, size=count, p=self.initial_wait_probabilities())
     draws = generator.random((n, count)) < p
+    if self.availability is not None:
+      q = self.window_probability
+      for start, stop, is_open in self.segments(klass):
+        if not is_open:
+          draws[start:stop] = False
+        elif q < 1.0:
+          draws[start:stop] &= (generator.random(count) < q)[None, :]
     out = np.zeros((n, count), dtype=bool)
     for t in range(n):
       took = (wait == 0) & draws[t]
@@ -174,10 +286,36 @@ class BMinSepSampling:
     return np.ascontiguousarray(out.T)
 
   def to_dict(self) -> dict[str, Any]:
-    return dict(dataclasses.asdict(self), participation_rate=self.participation_rate)
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    out["availability"] = (None if self.availability is None else
+                           self.availability.to_dict())
+    out["participation_rate"] = self.participation_rate
+    return out
 
 
-def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray) -> np.ndarray:
+def probability_for_mean_rate(rate: float, rounds: int, min_sep: int, *, warm_start: bool,
+                              availability: Availability) -> float:
+  """p whose mean participation rate over the rounds (`BMinSepSampling.participation_rate`,
+  with availability) is `rate`; refused above what p = 1 gives."""
+  r = _checks.check_positive("participation rate", rate)
+
+  def mean_rate(p: float) -> float:
+    return BMinSepSampling(rounds, min_sep, p, warm_start, availability).participation_rate
+
+  most = mean_rate(1.0)
+  if r > most * (1.0 + 1e-9):
+    raise ValueError(
+        f"An expected cohort of {r:.4g} of the population a round is more than b-min-sep "
+        f"with --min_sep={min_sep} can give when only available devices can be drawn: even "
+        f"p = 1 gives {most:.4g} on average. Lower --clients_per_round or --min_sep, use more "
+        "clients, or --availability=always.")
+  if r >= most:
+    return 1.0
+  return root_finding.brent(lambda p: mean_rate(p) - r, 1e-12, 1.0, xtol=1e-12, rtol=1e-10)
+
+
+def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray,
+                         klass: int = 0) -> np.ndarray:
   """log E_S Π_{t∈S} a_t for each row of `log_a` (m, n): the dynamic program over the chain.
 
   e_t: the weight of the paths eligible at round t; r_t = p e_t a_t: those taking part at t,
@@ -186,12 +324,17 @@ def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray) -> np.nda
   weight after round n − 1 (eligible, or still waiting). Linear arithmetic, rescaled per row
   before it can over- or underflow (the recursion is linear, so a common factor per row
   carries to the end as a log offset).
+
+  With availability (class `klass`): a round the class cannot check in has p_t = 0 (returns
+  still arrive); a window whose coin is q < 1 is a mixture, so the state is split at its
+  first round into q × (checked in: p) and (1 − q) × (not: p_t = 0) and summed at its end —
+  the recursion is linear in the state.
   """
   log_a = np.asarray(log_a, dtype=np.float64)
   m, n = log_a.shape
   if n != sampling.rounds:
     raise ValueError(f"`log_a` must have {sampling.rounds} columns (rounds); got {n}.")
-  b, p = sampling.min_sep, sampling.sampling_probability
+  b, p, coin = sampling.min_sep, sampling.sampling_probability, sampling.window_probability
   if m == 0:
     return np.zeros(0)
   a_t = np.exp(np.clip(log_a.T, -_SCALE_LOG, _SCALE_LOG))  # (n, m); clipped rows redone below
@@ -203,31 +346,54 @@ def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray) -> np.nda
   ring = np.zeros((b, m))  # ring[j mod b]: the weight returning to eligibility at round j.
   ring[1:] = init[1:, None]
   offset = np.zeros(m)
-  total = np.ones(m)  # e + Σ ring: the mass, tracked for rescaling.
+  total = np.ones(m)  # e + Σ ring (+ the unchecked-in branch's): the mass, for rescaling.
   q = 1.0 - p
-  for t in range(n):
-    r = e * a_t[t]
-    r *= p
-    total += r
-    total -= p * e
-    slot = t % b
-    e *= q
-    if b == 1:
-      e += r
-    else:
-      e += ring[(t + 1) % b]
-      ring[slot] = r
-    if (t + 1) % every == 0 or t == n - 1:
-      bad = (total > math.exp(_SCALE_LOG / 2)) | (total < math.exp(-_SCALE_LOG / 2))
-      if np.any(bad):
-        idx = np.nonzero(bad)[0]
-        exact_total = e[idx] + (ring[:, idx].sum(axis=0) if b > 1 else 0.0)
-        scale = np.where(exact_total > 0, exact_total, 1.0)
-        e[idx] /= scale
-        if b > 1:
-          ring[:, idx] /= scale
-        total[idx] = exact_total / scale
-        offset[idx] += np.log(scale)
+  for start, stop, is_open in sampling.segments(klass):
+    away = None  # The "not checked in" branch of a window with a coin: [e, ring, total].
+    if is_open and coin < 1.0:
+      away = [e * (1.0 - coin), ring * (1.0 - coin), total * (1.0 - coin)]
+      e *= coin
+      ring *= coin
+      total *= coin
+    for t in range(start, stop):
+      slot, nxt = t % b, (t + 1) % b
+      if is_open:
+        r = e * a_t[t]
+        r *= p
+        total += r
+        total -= p * e
+        e *= q
+        if b == 1:
+          e += r
+        else:
+          e += ring[nxt]
+          ring[slot] = r
+      elif b > 1:
+        e += ring[nxt]
+        ring[slot] = 0.0
+      if away is not None and b > 1:
+        away[0] += away[1][nxt]
+        away[1][slot] = 0.0
+      if (t + 1) % every == 0 or t == n - 1:
+        mass = total if away is None else total + away[2]
+        bad = (mass > math.exp(_SCALE_LOG / 2)) | (mass < math.exp(-_SCALE_LOG / 2))
+        if np.any(bad):
+          idx = np.nonzero(bad)[0]
+          states = [(e, ring, total)] + ([tuple(away)] if away is not None else [])
+          exact = sum(st[0][idx] + (st[1][:, idx].sum(axis=0) if b > 1 else 0.0)
+                      for st in states)
+          scale = np.where(exact > 0, exact, 1.0)
+          for st_e, st_ring, st_total in states:
+            st_total[idx] = (st_e[idx] + (st_ring[:, idx].sum(axis=0) if b > 1 else 0.0)
+                             ) / scale
+            st_e[idx] /= scale
+            if b > 1:
+              st_ring[:, idx] /= scale
+          offset[idx] += np.log(scale)
+    if away is not None:
+      e += away[0]
+      ring += away[1]
+      total += away[2]
   # Returns still pending after the last round: every slot but n mod b, whose return (at
   # round n) is in e — participations in rounds n-b+1..n-1, and warm-start returns after
   # round n when n < b (all scaled with e).
@@ -235,29 +401,59 @@ def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray) -> np.nda
   with np.errstate(divide="ignore"):
     out = np.log(e + pending) + offset
   if wild.size:
-    out[wild] = _log_likelihood_ratio_logspace(sampling, log_a[wild])
+    out[wild] = _log_likelihood_ratio_logspace(sampling, log_a[wild], klass)
   return out
 
 
-def _log_likelihood_ratio_logspace(sampling: BMinSepSampling, log_a: np.ndarray) -> np.ndarray:
+def _log_likelihood_ratio_logspace(sampling: BMinSepSampling, log_a: np.ndarray,
+                                   klass: int = 0) -> np.ndarray:
   """`log_likelihood_ratio` in log arithmetic (slow; rows with |log a_t| > _SCALE_LOG)."""
   m, n = log_a.shape
-  b, p = sampling.min_sep, sampling.sampling_probability
+  b, p, coin = sampling.min_sep, sampling.sampling_probability, sampling.window_probability
   with np.errstate(divide="ignore"):
     init = np.log(sampling.initial_wait_probabilities())
     log_p, log_q = math.log(p), (math.log1p(-p) if p < 1.0 else -math.inf)
+    log_in, log_out = math.log(coin), (math.log1p(-coin) if coin < 1.0 else -math.inf)
   e = np.full(m, init[0])
   ring = np.full((b, m), -math.inf)
   ring[1:] = init[1:, None]
-  for t in range(n):
-    r = e + log_a[:, t] + log_p
-    if b == 1:
-      e = np.logaddexp(e + log_q, r)
-    else:
-      e = np.logaddexp(e + log_q, ring[(t + 1) % b])
-      ring[t % b] = r
+  for start, stop, is_open in sampling.segments(klass):
+    away = None
+    if is_open and coin < 1.0:
+      away = [e + log_out, ring + log_out]
+      e, ring = e + log_in, ring + log_in
+    for t in range(start, stop):
+      slot, nxt = t % b, (t + 1) % b
+      if is_open:
+        r = e + log_a[:, t] + log_p
+        if b == 1:
+          e = np.logaddexp(e + log_q, r)
+        else:
+          e = np.logaddexp(e + log_q, ring[nxt])
+          ring[slot] = r
+      elif b > 1:
+        e = np.logaddexp(e, ring[nxt])
+        ring[slot] = -math.inf
+      if away is not None and b > 1:
+        away[0] = np.logaddexp(away[0], away[1][nxt])
+        away[1][slot] = -math.inf
+    if away is not None:
+      e, ring = np.logaddexp(e, away[0]), np.logaddexp(ring, away[1])
   terms = [e] + [ring[j] for j in range(b) if b > 1 and j != n % b]
   return np.logaddexp.reduce(np.stack(terms), axis=0)
+
+
+def participation_probabilities(sampling: BMinSepSampling, klass: int = 0) -> np.ndarray:
+  """P[t ∈ S] for each round t (class `klass`): E_S Π a_t with a = 2 at t alone is 1 + P[t ∈ S],
+  so one dynamic program over n rows (O(n²)) gives them all exactly."""
+  n = sampling.rounds
+  out = np.empty(n)
+  for lo in range(0, n, 1024):
+    hi = min(n, lo + 1024)
+    log_a = np.zeros((hi - lo, n))
+    log_a[np.arange(hi - lo), np.arange(lo, hi)] = math.log(2.0)
+    out[lo:hi] = np.expm1(log_likelihood_ratio(sampling, log_a, klass))
+  return np.clip(out, 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------------------
@@ -374,19 +570,22 @@ def dominating_pair(sampling: BMinSepSampling, *, matrix: Any = None, toeplitz_c
 
 
 def monte_carlo_cost(rounds: int, num_samples: int,
-                     chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE) -> resources.Estimate:
-  """Memory and time of calibrating and verifying (both directions).
+                     chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE,
+                     num_classes: int = 1) -> resources.Estimate:
+  """Memory and time of calibrating and verifying (both directions, each availability class).
 
   Memory: C and G (16 n² bytes), about 10 chunk x n float64 arrays, and the screened rows
   (`monte_carlo.MAX_STORED_CHUNKS` chunks of 2 n floats). Time: measured ~1.2e-8 s per
-  sample and round per pass (0.25 s per 1024 samples at n = 2052, a Toeplitz C, 2 cores), `_CALIBRATION_PASSES` passes a
-  direction.
+  sample and round per pass (0.25 s per 1024 samples at n = 2052, a Toeplitz C, 2 cores),
+  `_CALIBRATION_PASSES` passes a direction and class.
   """
   n, m = int(rounds), int(num_samples)
   chunk_size = _chunk_rows(chunk_size, n)
   memory = 16.0 * n * n + (10.0 + 2.0 * monte_carlo.MAX_STORED_CHUNKS) * 8.0 * chunk_size * n
-  seconds = 1.2e-7 * m * n * _CALIBRATION_PASSES * 2.0
-  return resources.Estimate(f"b-min-sep Monte Carlo accounting ({n} rounds, {m} samples)",
+  seconds = 1.2e-7 * m * n * _CALIBRATION_PASSES * 2.0 * int(num_classes)
+  return resources.Estimate(f"b-min-sep Monte Carlo accounting ({n} rounds, {m} samples"
+                            + (f", {num_classes} availability classes)" if num_classes > 1
+                               else ")"),
                             memory, seconds, "16 n² + ~18 chunk n float64, ~7e-7 m n s")
 
 
@@ -420,11 +619,13 @@ class _Model(monte_carlo.LossModel):
   (`Tilt`); a prepared row is (α, Cᵀx-part w, log weight) for remove, (w, log weight) for
   add."""
 
-  def __init__(self, pair: BMinSepPair, direction: str, tilt: Tilt = _NO_TILT):
+  def __init__(self, pair: BMinSepPair, direction: str, tilt: Tilt = _NO_TILT,
+               klass: int = 0):
     if direction not in DIRECTIONS:
       raise ValueError(f"`direction` must be one of {DIRECTIONS}; got {direction!r}.")
     self.pair = pair
     self.direction = direction
+    self.klass = klass
     self.sampling = pair.sampling
     self.tilt = tilt
     n = self.num_columns = pair.sampling.rounds
@@ -441,7 +642,7 @@ class _Model(monte_carlo.LossModel):
     n = self.num_columns
     rows: tuple = ()
     if self.direction == REMOVE:
-      rows = (self.sampling.sample_patterns(generator, count),)
+      rows = (self.sampling.sample_patterns(generator, count, self.klass),)
     rows += (generator.standard_normal((count, n)),)
     if self.tilt.scale:  # Defensive mixture: half the samples tilted.
       rows += (generator.random(count) < 0.5,)
@@ -525,7 +726,7 @@ class _Model(monte_carlo.LossModel):
 
   def losses(self, rows, u: float) -> np.ndarray:
     """Y: log L_up (remove) or log L_low (add) of each row at σ = 1/u."""
-    return log_likelihood_ratio(self.sampling, self._log_a(rows, u))
+    return log_likelihood_ratio(self.sampling, self._log_a(rows, u), self.klass)
 
   def _f(self, y: np.ndarray, eps: float) -> np.ndarray:
     if self.direction == REMOVE:
@@ -552,11 +753,11 @@ class _Model(monte_carlo.LossModel):
       alpha, w = rows[0], rows[1]
       quad = np.where(alpha >= 0, alpha * u_hi**2, alpha * u_lo**2)
       bound = quad + np.maximum(w * u_lo, w * u_hi)
-      return log_likelihood_ratio(self.sampling, bound) > eps
+      return log_likelihood_ratio(self.sampling, bound, self.klass) > eps
     w = rows[0]
     quad = np.where(self._add_alpha >= 0, self._add_alpha * u_lo**2, self._add_alpha * u_hi**2)
     bound = quad + np.minimum(w * u_lo, w * u_hi)
-    return log_likelihood_ratio(self.sampling, bound) < -eps
+    return log_likelihood_ratio(self.sampling, bound, self.klass) < -eps
 
 
 # --------------------------------------------------------------------------------------
@@ -590,16 +791,31 @@ class DeltaEstimate:
     return self.remove if self.remove.delta_hat >= self.add.delta_hat else self.add
 
 
-def _direction_seeds(seed: monte_carlo.SeedLike) -> dict[str, np.random.SeedSequence]:
+def _components(pair: BMinSepPair) -> list[tuple[int, str]]:
+  """(class, direction) of every pair accounted: δ is the largest of their δs."""
+  return [(k, d) for k in range(pair.sampling.num_classes) for d in DIRECTIONS]
+
+
+def _label(pair: BMinSepPair, component: tuple[int, str]) -> str:
+  klass, direction = component
+  return direction if pair.sampling.num_classes == 1 else f"{direction}:class{klass}"
+
+
+def _component_seeds(seed: monte_carlo.SeedLike,
+                     num_classes: int) -> dict[tuple[int, str], np.random.SeedSequence]:
+  """An independent stream per (class, direction); class 0's are those of a sampling
+  without availability classes (so its records reproduce)."""
   root = monte_carlo.root_seed(seed)
-  return {d: np.random.SeedSequence(root.entropy, spawn_key=tuple(root.spawn_key) + (i,))
-          for i, d in enumerate(DIRECTIONS)}
+  return {(k, d): np.random.SeedSequence(
+      root.entropy, spawn_key=tuple(root.spawn_key) + ((i,) if k == 0 else (i, k)))
+          for k in range(num_classes) for i, d in enumerate(DIRECTIONS)}
 
 
-def _stream(pair, direction, seed, chunk_size, progress=None,
+def _stream(pair, component, seed, chunk_size, progress=None,
             tilt: Tilt = _NO_TILT) -> monte_carlo.SampleStream:
+  klass, direction = component
   return monte_carlo.SampleStream(
-      _Model(pair, direction, tilt), seed,
+      _Model(pair, direction, tilt, klass), seed,
       monte_carlo.check_chunk_size(_chunk_rows(chunk_size, pair.sampling.rounds)), progress)
 
 
@@ -610,14 +826,15 @@ _PILOT_SAMPLES = 8192
 
 
 def choose_tilt(pair: BMinSepPair, direction: str, *, epsilon: float, noise_multiplier: float,
-                seed: monte_carlo.SeedLike, pilot_samples: int = _PILOT_SAMPLES) -> Tilt:
+                seed: monte_carlo.SeedLike, pilot_samples: int = _PILOT_SAMPLES,
+                klass: int = 0) -> Tilt:
   """The `Tilt` of the smallest relative standard error of δ̂ at (σ, ε) on a pilot sample
   (at least 10 tail samples; no tilt when none qualifies)."""
   best, best_rse = _NO_TILT, math.inf
   for scale in _TILT_CANDIDATES[direction]:
     tilt = Tilt(scale, epsilon, noise_multiplier)
     stats = monte_carlo.streaming_stats(
-        _stream(pair, direction, seed, min(_chunk_rows(None, pair.sampling.rounds),
+        _stream(pair, (klass, direction), seed, min(_chunk_rows(None, pair.sampling.rounds),
                                            pilot_samples), tilt=tilt),
         pilot_samples, noise_multiplier, epsilon)
     mean, se = stats.mean_and_se(pilot_samples)
@@ -630,20 +847,23 @@ def estimate_delta(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float
                    num_samples: int, seed: monte_carlo.SeedLike,
                    chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE,
                    importance_sampling: bool = False) -> DeltaEstimate:
-  """δ̂ of both directions at (σ, ε) from `num_samples` samples each; with
-  `importance_sampling`, of a tilted sample (`choose_tilt`; an estimate, never a release)."""
+  """δ̂ of both directions at (σ, ε) from `num_samples` samples each (with availability
+  classes: each direction's worst class); with `importance_sampling`, of a tilted sample
+  (`choose_tilt`; an estimate, never a release)."""
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   eps = _checks.check_positive("epsilon", epsilon)
   m = _checks.check_positive_int("num_samples", num_samples)
-  seeds = _direction_seeds(seed)
+  seeds = _component_seeds(seed, pair.sampling.num_classes)
   out = {}
-  for d in DIRECTIONS:
-    tilt = (choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[d])
-            if importance_sampling else _NO_TILT)
+  for c in _components(pair):
+    klass, d = c
+    tilt = (choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[c],
+                        klass=klass) if importance_sampling else _NO_TILT)
     stats = monte_carlo.streaming_stats(
-        _stream(pair, d, seeds[d], chunk_size, tilt=tilt), m, sigma, eps)
+        _stream(pair, c, seeds[c], chunk_size, tilt=tilt), m, sigma, eps)
     mean, se = stats.mean_and_se(m)
-    out[d] = DirectionEstimate(d, mean, se, m, stats.num_tail)
+    if d not in out or mean > out[d].delta_hat:
+      out[d] = DirectionEstimate(d, mean, se, m, stats.num_tail)
   return DeltaEstimate(eps, sigma, out[REMOVE], out[ADD])
 
 
@@ -658,7 +878,8 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
                                importance_sampling: bool = True,
                                relative_standard_error: float = 0.05
                                ) -> monte_carlo.Calibration:
-  """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d.
+  """Alg. 2 of paper 003 on each direction's pair: σ_d solving δ̂_d(σ) = δ; σ = max_d σ_d
+  (with availability classes, the largest over every class and direction).
 
   With `importance_sampling` (the default) the sample is tilted towards the tail (`Tilt`,
   chosen on a pilot at the unamplified σ, then again at the σ found) and sized sequentially:
@@ -675,15 +896,19 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
         f"`num_samples` must be at least 1/delta = {1.0 / dlt:.4g} for a Monte Carlo estimate "
         f"of delta = {dlt!r}; got {m_max}. Use num_samples >= {int(100.0 / dlt)} (about "
         "100/delta) or a larger delta.")
+  components = _components(pair)
   progress = resources.Progress(
-      f"b-min-sep Monte Carlo calibration of σ (up to {m_max} samples x 2)",
-      2 * _CALIBRATION_PASSES * (min(m_max, 2 ** 18) if importance_sampling else m_max))
-  seeds = _direction_seeds(seed)
+      f"b-min-sep Monte Carlo calibration of σ (up to {m_max} samples x {len(components)})",
+      len(components) * _CALIBRATION_PASSES * (
+          min(m_max, 2 ** 18) if importance_sampling else m_max))
+  seeds = _component_seeds(seed, pair.sampling.num_classes)
   sigma_unamp = unamplified_noise_multiplier(pair, epsilon=eps, delta=dlt)
   results, passes, used = {}, 0.0, 0
-  for d in DIRECTIONS:
-    if noiseless_delta(pair, d, eps) <= dlt:  # This direction holds at any σ.
-      results[d] = dict(noise_multiplier=0.0, delta_hat=0.0, delta_standard_error=0.0,
+  for c in components:
+    klass, d = c
+    label = _label(pair, c)
+    if noiseless_delta(pair, d, eps, klass) <= dlt:  # This component holds at any σ.
+      results[label] = dict(noise_multiplier=0.0, delta_hat=0.0, delta_standard_error=0.0,
                         noise_multiplier_standard_error=0.0, num_tail_samples=0,
                         tilt_scale=0.0, num_samples=0)
       continue
@@ -691,11 +916,12 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
     m = m_max if not importance_sampling else min(m_max, 2 ** 15)
     for attempt in range(64):
       if importance_sampling and attempt < 2:  # Tilt for the σ at hand (twice at most).
-        tilt = choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[d])
+        tilt = choose_tilt(pair, d, epsilon=eps, noise_multiplier=sigma, seed=seeds[c],
+                           klass=klass)
       # The sample grows as needed: keep the ETA's total ahead of what is left.
       progress.total = max(progress.total, progress.done + _CALIBRATION_PASSES * m * (
           2 if d == REMOVE else 1))
-      stream = _stream(pair, d, seeds[d], chunk_size, progress, tilt)
+      stream = _stream(pair, c, seeds[c], chunk_size, progress, tilt)
       sigma, ev = monte_carlo.solve(stream, m, eps, dlt, sigma, rtol)
       passes += ev.passes * m / m_max
       stats = ev.stats(sigma, derivative=True)
@@ -707,17 +933,19 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
         m = min(m_max, 2 * m)
     slope = abs(stats.sum_df / m)
     used = max(used, m)
-    results[d] = dict(noise_multiplier=float(sigma), delta_hat=mean, delta_standard_error=se,
+    results[label] = dict(noise_multiplier=float(sigma), delta_hat=mean, delta_standard_error=se,
                       noise_multiplier_standard_error=se / slope if slope > 0 else math.inf,
                       num_tail_samples=stats.num_tail, tilt_scale=tilt.scale, num_samples=m)
   progress.finish()
-  if all(results[d]["noise_multiplier"] == 0.0 for d in DIRECTIONS):
+  if all(r["noise_multiplier"] == 0.0 for r in results.values()):
+    chance = max(1.0 - math.exp(_log_never(pair.sampling, k))
+                 for k in range(pair.sampling.num_classes))
     raise ValueError(
         f"Under this b-min-sep sampling a client takes part with probability "
-        f"{1.0 - math.exp(_log_never(pair.sampling)):.3g} at all, which is (ε = {eps:g}, δ = "
+        f"{chance:.3g} at all, which is (ε = {eps:g}, δ = "
         f"{dlt:g})-DP without any noise; raise the sampling probability or the rounds, or "
         "lower δ.")
-  worst = max(DIRECTIONS, key=lambda d: results[d]["noise_multiplier"])
+  worst = max(results, key=lambda k: results[k]["noise_multiplier"])
   r = results[worst]
   return monte_carlo.Calibration(
       noise_multiplier=r["noise_multiplier"], epsilon=eps, delta=dlt, delta_hat=r["delta_hat"],
@@ -728,15 +956,17 @@ def calibrate_noise_multiplier(pair: BMinSepPair, *, epsilon: float, delta: floa
       by_direction=results)
 
 
-def _log_never(sampling: BMinSepSampling) -> float:
+def _log_never(sampling: BMinSepSampling, klass: int = 0) -> float:
   """log P[S = ∅]: the client never takes part."""
-  return float(_log_likelihood_ratio_logspace(sampling, np.full((1, sampling.rounds), -1e6))[0])
+  return float(_log_likelihood_ratio_logspace(sampling, np.full((1, sampling.rounds), -1e6),
+                                             klass)[0])
 
 
-def noiseless_delta(pair: BMinSepPair, direction: str, epsilon: float) -> float:
-  """The limit of a direction's δ(ε) as σ → 0: P[S ≠ ∅] (remove) and (1 − e^ε P[S = ∅])_+
-  (add, since P >= P[S = ∅] Q). When it is at most δ the direction needs no noise."""
-  never = math.exp(_log_never(pair.sampling))
+def noiseless_delta(pair: BMinSepPair, direction: str, epsilon: float, klass: int = 0) -> float:
+  """The limit of a direction's δ(ε) as σ → 0 (class `klass`): P[S ≠ ∅] (remove) and
+  (1 − e^ε P[S = ∅])_+ (add, since P >= P[S = ∅] Q). When it is at most δ the direction
+  needs no noise."""
+  never = math.exp(_log_never(pair.sampling, klass))
   if direction == REMOVE:
     return 1.0 - never
   return max(0.0, 1.0 - math.exp(epsilon) * never)
@@ -745,15 +975,18 @@ def noiseless_delta(pair: BMinSepPair, direction: str, epsilon: float) -> float:
 def epsilon_tails(pair: BMinSepPair, *, noise_multiplier: float, num_samples: int,
                   seed: monte_carlo.SeedLike, chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE
                   ) -> list[np.ndarray]:
-  """The positive privacy losses at σ of each direction's sample (log L_up under P; −log
-  L_low under Q), for `monte_carlo.epsilon_on_tails`: ε for a given σ on fixed samples."""
+  """The positive privacy losses at σ of each (class, direction)'s sample (log L_up under P;
+  −log L_low under Q), for `monte_carlo.epsilon_on_tails`: ε for a given σ on fixed samples."""
   sigma = _checks.check_positive("noise_multiplier", noise_multiplier)
   m = _checks.check_positive_int("num_samples", num_samples)
-  progress = resources.Progress(f"b-min-sep Monte Carlo ε ({m} samples x 2)", 2 * m)
-  seeds = _direction_seeds(seed)
+  components = _components(pair)
+  progress = resources.Progress(f"b-min-sep Monte Carlo ε ({m} samples x {len(components)})",
+                                len(components) * m)
+  seeds = _component_seeds(seed, pair.sampling.num_classes)
   out = []
-  for direction, sign in ((REMOVE, 1.0), (ADD, -1.0)):
-    stream = _stream(pair, direction, seeds[direction], chunk_size, progress)
+  for c in components:
+    sign = 1.0 if c[1] == REMOVE else -1.0
+    stream = _stream(pair, c, seeds[c], chunk_size, progress)
     parts = []
     for rows in stream.chunks(m):
       v = sign * stream.model.losses(rows, 1.0 / sigma)
@@ -778,36 +1011,41 @@ def calibrate_epsilon(pair: BMinSepPair, *, noise_multiplier: float, delta: floa
 def estimate_verify_release(pair: BMinSepPair, *, noise_multiplier: float, epsilon: float,
                             delta: float, seed: monte_carlo.SeedLike,
                             delta_verify: float | None = None, num_samples: int | None = None,
-                            chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE
+                            chunk_size: Optional[int] = DEFAULT_CHUNK_SIZE,
+                            workers: Optional[int] = None
                             ) -> verification.VerificationResult:
-  """Alg. 1 of paper 003 on both directions, each on a fresh sample of `num_samples`
-  (default and minimum: what Thm 2.1 needs): verified iff both δ̂ <= δ_verify (a direction
-  whose δ is at most δ_verify at every σ, `noiseless_delta`, needs no sample). Were the true
-  δ(ε) of either direction above δ, its check would pass with probability at most the
-  Chernoff bound, so the release is (ε, δ)-DP. The result reports the worse direction."""
+  """Alg. 1 of paper 003 on both directions (and every availability class), each on a fresh
+  sample of `num_samples` (default and minimum: what Thm 2.1 needs): verified iff every δ̂ <=
+  δ_verify (a component whose δ is at most δ_verify at every σ, `noiseless_delta`, needs no
+  sample). Were the true δ(ε) of any one client's pair above δ, its own check would pass
+  with probability at most the Chernoff bound, and the release needs every check to pass, so
+  the release is (ε, δ)-DP for every client. The result reports the worst component. Long
+  samples are summed by `workers` processes (default: the CPUs available)."""
   sigma, eps, d, dv, need, m = verification.check_verification(
       noise_multiplier, epsilon, delta, delta_verify, num_samples)
-  # A direction whose δ at any σ is at most δ_verify (`noiseless_delta`: exact, not sampled)
+  # A component whose δ at any σ is at most δ_verify (`noiseless_delta`: exact, not sampled)
   # verifies without a sample.
-  sampled = [d_ for d_ in DIRECTIONS if noiseless_delta(pair, d_, eps) > dv]
+  components = _components(pair)
+  sampled = [c for c in components if noiseless_delta(pair, c[1], eps, c[0]) > dv]
   progress = resources.Progress(
       f"b-min-sep Monte Carlo verification ({m} samples x {len(sampled)})", len(sampled) * m)
-  seeds = _direction_seeds(seed)
+  seeds = _component_seeds(seed, pair.sampling.num_classes)
   found = {}
-  for direction in DIRECTIONS:
-    if direction not in sampled:
-      found[direction] = (monte_carlo.Stats(), noiseless_delta(pair, direction, eps), 0.0)
+  for c in components:
+    if c not in sampled:
+      found[c] = (monte_carlo.Stats(), noiseless_delta(pair, c[1], eps, c[0]), 0.0)
       continue
     stats = monte_carlo.streaming_stats(
-        _stream(pair, direction, seeds[direction], chunk_size, progress), m, sigma, eps)
-    found[direction] = (stats, *stats.mean_and_se(m))
-    if found[direction][1] > dv:
-      break  # Fails already: the other direction cannot make it pass.
+        _stream(pair, c, seeds[c], chunk_size, progress), m, sigma, eps,
+        workers=monte_carlo.default_workers() if workers is None else workers)
+    found[c] = (stats, *stats.mean_and_se(m))
+    if found[c][1] > dv:
+      break  # Fails already: the others cannot make it pass.
   progress.finish()
-  direction = max(found, key=lambda k: found[k][1])
-  stats, mean, se = found[direction]
+  worst = max(found, key=lambda k: found[k][1])
+  stats, mean, se = found[worst]
   return verification.VerificationResult(
-      verified=bool(all(v[1] <= dv for v in found.values()) and len(found) == 2),
+      verified=bool(all(v[1] <= dv for v in found.values()) and len(found) == len(components)),
       epsilon=eps, delta=d, delta_verify=dv, noise_multiplier=sigma, delta_hat=mean,
       standard_error=se, num_tail_samples=stats.num_tail, num_samples=m,
       required_num_samples=need,

@@ -27,6 +27,12 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -170,9 +176,13 @@ class SampleStream:
     self._key = tuple(root.spawn_key)
     self.chunk_size = chunk_size
 
-  def chunks(self, num_samples: int) -> Iterator[Rows]:
-    """Yields the prepared rows of samples [0, num_samples), chunk by chunk, in order."""
-    for start in range(0, num_samples, self.chunk_size):
+  def chunks(self, num_samples: int, first_sample: int = 0) -> Iterator[Rows]:
+    """Yields the prepared rows of samples [first_sample, num_samples), chunk by chunk, in
+    order (`first_sample` a multiple of the chunk size)."""
+    if first_sample % self.chunk_size:
+      raise ValueError(f"`first_sample` must be a multiple of the chunk size "
+                       f"{self.chunk_size}; got {first_sample}.")
+    for start in range(first_sample, num_samples, self.chunk_size):
       rows = min(self.chunk_size, num_samples - start)
       blocks = -(-rows // RNG_BLOCK)
       first = start // RNG_BLOCK
@@ -187,11 +197,105 @@ class SampleStream:
 
 
 def streaming_stats(stream: SampleStream, m: int, sigma: float, eps: float,
-                    derivative: bool = False) -> Stats:
+                    derivative: bool = False, workers: int = 1) -> Stats:
+  """The sums of f over samples [0, m) at (σ, ε). With `workers` > 1 and at least
+  `_PARALLEL_MIN_CHUNKS` chunks, ranges of chunks are summed by that many processes (each
+  chunk is regenerated from its own seed, so the sample is the same; only the order of the
+  floating-point sums differs)."""
   total = Stats()
+  num_chunks = -(-m // stream.chunk_size)
+  if workers > 1 and num_chunks >= _PARALLEL_MIN_CHUNKS:
+    return _parallel_stats(stream, m, sigma, eps, derivative, workers)
   for rows in stream.chunks(m):
     total.add(stream.model.stats(rows, 1.0 / sigma, eps, derivative))
   return total
+
+
+# Fewest chunks worth worker processes (each start costs about a second).
+_PARALLEL_MIN_CHUNKS = 32
+# Chunks a task sums (the progress advances per task).
+_CHUNKS_PER_TASK = 4
+
+
+def default_workers() -> int:
+  """Processes for long Monte Carlo sums: the CPUs this process may use (at most 8)."""
+  try:
+    cpus = len(os.sched_getaffinity(0))
+  except AttributeError:  # Not Linux.
+    cpus = os.cpu_count() or 1
+  return max(1, min(8, cpus))
+
+
+def _parallel_stats(stream, m, sigma, eps, derivative, workers) -> Stats:
+  """`streaming_stats` by `workers` fresh interpreters (`python -m` this module): none
+  inherits the caller's threads (TensorFlow's, in a training job) or re-runs its main
+  module; each receives the model once on its stdin and writes each task's sums to its
+  stdout. Any worker failing fails the call (its traceback is on stderr)."""
+  quiet = SampleStream.__new__(SampleStream)
+  quiet.__dict__.update(stream.__dict__, progress=None)
+  step = _CHUNKS_PER_TASK * stream.chunk_size
+  jobs = [(a, min(m, a + step), sigma, eps, derivative) for a in range(0, m, step)]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+  procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env) for _ in range(workers)]
+  results: queue.Queue = queue.Queue()
+
+  def read(proc):
+    try:
+      while True:
+        results.put(pickle.load(proc.stdout))
+    except EOFError:
+      results.put(None)
+    except Exception as e:  # pylint: disable=broad-except
+      results.put(e)
+      results.put(None)
+
+  readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in procs]
+  total, done, finished = Stats(), 0, 0
+  try:
+    for r in readers:
+      r.start()
+    for i, proc in enumerate(procs):
+      with proc.stdin:
+        pickle.dump((quiet, jobs[i::workers]), proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+    while finished < workers:
+      item = results.get()
+      if item is None:
+        finished += 1
+        continue
+      if isinstance(item, Exception):
+        raise RuntimeError(f"A Monte Carlo worker's output could not be read: {item}")
+      part, count = item
+      total.add(part)
+      done += count
+      if stream.progress is not None:
+        stream.progress.advance(count)
+    codes = [p.wait() for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  if any(codes) or done != m:
+    raise RuntimeError(
+        f"Monte Carlo worker processes failed (exit codes {codes}; {done} of {m} samples "
+        "summed); see their errors above. Pass workers=1 to sum in this process.")
+  return total
+
+
+def _worker_main() -> None:
+  """A worker of `_parallel_stats`: (stream, tasks) on stdin, one (Stats, samples) per task
+  on stdout (the real stdout kept for that; anything printed goes to stderr)."""
+  out = os.fdopen(os.dup(1), "wb")
+  os.dup2(2, 1)
+  stream, jobs = pickle.load(sys.stdin.buffer)
+  for first, stop, sigma, eps, derivative in jobs:
+    part = Stats()
+    for rows in stream.chunks(stop, first):
+      part.add(stream.model.stats(rows, 1.0 / sigma, eps, derivative))
+    pickle.dump((part, stop - first), out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.flush()
+  out.close()
 
 
 class Evaluator:
@@ -314,3 +418,8 @@ def epsilon_on_tails(tails: list[np.ndarray], m: int, delta: float,
     if eps >= best[0]:
       best = (eps, hat, se)
   return best
+
+
+if __name__ == "__main__":  # A `_parallel_stats` worker: its results are of the imported module.
+  from dp_fl.accounting import monte_carlo  # pylint: disable=import-self
+  monte_carlo._worker_main()  # pylint: disable=protected-access

@@ -25,7 +25,7 @@ Time is measured in hours from the start of training (``t >= 0``).
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 
@@ -58,6 +58,20 @@ class AvailabilityModel(abc.ABC):
   @abc.abstractmethod
   def to_config(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(JSON-able dict, arrays) from which `from_config` rebuilds the model."""
+
+  def round_windows(self, num_rounds: int,
+                    round_hours: float) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """Rounds t = 0..n-1 held at t · `round_hours` hours: (windows, class_of_device), the
+    distinct public patterns of the population — windows[k, t] is the window (coin) round t
+    falls in for class k, or -1 when class k cannot be available — and each device's class;
+    None when every device is available in every round."""
+    del num_rounds, round_hours
+    return None
+
+  @property
+  def window_probability(self) -> float:
+    """The chance a device is available for a whole window it is in (its coin)."""
+    return 1.0
 
 
 class AlwaysAvailable(AvailabilityModel):
@@ -194,6 +208,53 @@ class DiurnalAvailability(AvailabilityModel):
     if ids.size == 0:
       return np.zeros(ids.shape, dtype=bool)
     return self._rule(t, self._phase[ids], seed, ids, None)
+
+  @property
+  def window_probability(self) -> float:
+    return self._p
+
+  def _window_of_rounds(self, times: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """`_rule` without the coins: the window (day) each time falls in, or -1; (len(phase),
+    len(times))."""
+    u = times[None, :] + phase[:, None]
+    day = np.floor(u / 24.0)
+    return np.where((u - 24.0 * day) < self._length, day, -1.0).astype(np.int64)
+
+  def round_windows(self, num_rounds, round_hours):
+    """Devices are grouped by window phase between the phases at which some round enters or
+    leaves a window (t h + phase crossing 24 d or 24 d + length); a group whose first and
+    last devices (in phase order) share a pattern shares it throughout (for each round the
+    rule is monotone in the phase), and any other group is computed device by device."""
+    n = _checks.check_positive_int("num_rounds", num_rounds)
+    h = _checks.check_positive("round_hours", round_hours)
+    times = np.arange(n) * h  # The scheduler's clock: round t at t · h hours.
+    folded = np.mod(times, 24.0)
+    cuts = np.unique(np.mod(np.concatenate([-folded, self._length - folded]), 24.0))
+    group = np.searchsorted(cuts, self._sorted_phase, side="right")
+    bounds = np.nonzero(np.diff(group))[0] + 1
+    starts = np.concatenate([[0], bounds])
+    stops = np.concatenate([bounds, [group.size]])
+    patterns: dict[bytes, int] = {}
+    rows: list[np.ndarray] = []
+    klass_sorted = np.empty(group.size, dtype=np.int64)
+
+    def class_of(row: np.ndarray) -> int:
+      key = row.tobytes()
+      if key not in patterns:
+        patterns[key] = len(rows)
+        rows.append(row)
+      return patterns[key]
+
+    for lo, hi in zip(starts, stops):
+      ends = self._window_of_rounds(times, self._sorted_phase[[lo, hi - 1]])
+      if np.array_equal(ends[0], ends[1]):
+        klass_sorted[lo:hi] = class_of(ends[0])
+        continue
+      for i, row in enumerate(self._window_of_rounds(times, self._sorted_phase[lo:hi])):
+        klass_sorted[lo + i] = class_of(row)
+    klass = np.empty_like(klass_sorted)
+    klass[self._by_phase] = klass_sorted
+    return np.stack(rows), klass
 
   def available_ids(self, time_hours: float, seed: int) -> np.ndarray:
     """All devices available at `time_hours` (same rule as `available`).

@@ -31,6 +31,7 @@ import numpy as np
 
 from dp_fl import _checks
 from dp_fl.accounting import b_min_sep
+from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import base
 
 
@@ -80,7 +81,13 @@ class BMinSepScheduler(base.Scheduler):
   first round; otherwise (their Alg. 1) every client is eligible at row 0. Clients of a
   discarded round wait like the others (the rule counts rows; the next draw is for the same
   row). Cohorts vary; an empty one is still run (its noise is released), as under Poisson.
-  The denominator is the stationary expected cohort.
+  The denominator is the expected cohort (stationary; with availability, its mean over the
+  planned rounds, given by the caller).
+
+  Device availability (the issue's variant): with an `availability.AvailabilityModel`, row t
+  is held at t · `round_hours` hours and only devices available then (in their window, and
+  checked in: the model's coins, drawn from this scheduler's secret seed as in the device
+  timer) can be sampled; an eligible device that is not there stays eligible.
 
   Args:
     num_clients: population N.
@@ -88,16 +95,29 @@ class BMinSepScheduler(base.Scheduler):
     sampling_probability: p in (0, 1].
     seed: the warm start and every round's draws derive from it (secret in private runs).
     warm_start: see above.
+    availability: None (every device always there) or the devices' availability model.
+    round_hours: simulated hours between rows (with `availability`).
+    denominator: the aggregator's denominator (default: the stationary expected cohort).
   """
 
   KIND = "BMinSepScheduler"
 
   def __init__(self, num_clients: int, min_sep: int, sampling_probability: float, seed: int,
-               warm_start: bool = True):
+               warm_start: bool = True,
+               availability: availability_lib.AvailabilityModel | None = None,
+               round_hours: float = 1.0, denominator: float | None = None):
     super().__init__(num_clients, seed)
     self._min_sep = _checks.check_positive_int("min_sep", min_sep)
     self._p = _checks.check_half_open_unit("sampling_probability", sampling_probability)
     self._warm_start = bool(warm_start)
+    if availability is not None:
+      if not isinstance(availability, availability_lib.AvailabilityModel):
+        raise ValueError(f"`availability` must be an AvailabilityModel; got {availability!r}.")
+      availability.check_num_devices(self._num_clients)
+    self._availability = availability
+    self._round_hours = _checks.check_positive("round_hours", round_hours)
+    self._denominator = (None if denominator is None else
+                         _checks.check_positive("denominator", denominator))
     self._eligible_from = np.zeros(self._num_clients, dtype=np.int64)
     if self._warm_start and self._min_sep > 1:
       law = b_min_sep.first_eligible_probabilities(self._min_sep, self._p)
@@ -122,13 +142,31 @@ class BMinSepScheduler(base.Scheduler):
     return self._warm_start
 
   @property
+  def availability(self) -> availability_lib.AvailabilityModel | None:
+    return self._availability
+
+  @property
+  def round_hours(self) -> float:
+    return self._round_hours
+
+  @property
   def expected_cohort_size(self) -> float:
-    """p N / (1 + (b - 1) p): the stationary expected cohort."""
+    """The denominator given, else p N / (1 + (b - 1) p): the stationary expected cohort."""
+    if self._denominator is not None:
+      return self._denominator
     return b_min_sep.stationary_participation_rate(self._min_sep, self._p) * self._num_clients
 
   def eligible(self, round_index: int) -> np.ndarray:
-    """Whether each client may be sampled in row `round_index`."""
-    return self._eligible_from <= round_index
+    """Whether each client may be sampled in row `round_index` (and, with availability, is
+    there at its time)."""
+    out = self._eligible_from <= round_index
+    if self._availability is not None:
+      present = self._availability.available_ids(round_index * self._round_hours, self._seed)
+      if present is not None:
+        there = np.zeros(self._num_clients, dtype=bool)
+        there[present] = True
+        out &= there
+    return out
 
   def _select(self, round_index, draw_index):
     rng = self._rng(base.STREAM_SELECT, draw_index)
@@ -143,15 +181,27 @@ class BMinSepScheduler(base.Scheduler):
     self._eligible_from[selection.client_ids] = selection.round_index + self._min_sep
 
   def _config(self):
-    return {"num_clients": self._num_clients, "min_sep": self._min_sep,
-            "sampling_probability": self._p, "seed": self._seed,
-            "warm_start": self._warm_start}, {}
+    config = {"num_clients": self._num_clients, "min_sep": self._min_sep,
+              "sampling_probability": self._p, "seed": self._seed,
+              "warm_start": self._warm_start}
+    if self._availability is None:
+      return config, {}
+    avail_config, avail_arrays = self._availability.to_config()
+    config.update(availability=avail_config, round_hours=self._round_hours,
+                  denominator=self._denominator)
+    return config, {"availability." + k: v for k, v in avail_arrays.items()}
 
   @classmethod
   def _from_config(cls, config, arrays):
-    del arrays
+    availability = None
+    if config.get("availability") is not None:
+      availability = availability_lib.from_config(
+          config["availability"], {k[len("availability."):]: v for k, v in arrays.items()
+                                   if k.startswith("availability.")})
     return cls(config["num_clients"], config["min_sep"], config["sampling_probability"],
-               config["seed"], config["warm_start"])
+               config["seed"], config["warm_start"], availability=availability,
+               round_hours=config.get("round_hours", 1.0),
+               denominator=config.get("denominator"))
 
   def _dynamic_state(self):
     return {}, {"eligible_from": self._eligible_from}

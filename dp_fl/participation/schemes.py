@@ -33,6 +33,8 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
+
 from dp_fl import _checks
 from dp_fl import settings as settings_lib
 from dp_fl.accounting import amplification
@@ -124,12 +126,15 @@ class BMinSepSettings:
       True, "b-min-sep: start each client's eligibility chain in its stationary law, so the "
       "expected cohort is the same from round 0 (False: everyone eligible at round 0)",
       privacy=True)
+  round_hours: float = _round_hours()
+  availability: str = _availability()
 
   def __post_init__(self):
     if self.sampling_probability is not None:
       _checks.check_half_open_unit("sampling_probability", self.sampling_probability)
     if not isinstance(self.warm_start, bool):
       raise ValueError(f"`warm_start` must be true or false; got {self.warm_start!r}.")
+    _check_simulated_devices(self)
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,30 +170,59 @@ class BallsInBinsAmplification:
     mechanism.lower_triangular_input(1)
 
 
+# The most availability classes a b-min-sep run accounts (each costs a Monte Carlo
+# calibration and verification of its own).
+MAX_AVAILABILITY_CLASSES = 24
+
+
 class BMinSepAmplification:
   """b-min-sep sampling (Dong & Ganesh 2026): b = `--min_sep`, p = `--sampling_probability`
   or the p whose stationary expected cohort p N / (1 + (b − 1) p) is m; any non-negative
-  lower-triangular C (`dp_fl/accounting/b_min_sep.py`)."""
+  lower-triangular C (`dp_fl/accounting/b_min_sep.py`). With `--availability` other than
+  always (the device-availability variant), only devices available at the round's simulated
+  time can be drawn; the devices' public time zones put them in classes accounted
+  separately, their daily check-in coin is part of the secret sampling, and p defaults to
+  the one whose mean expected cohort over the planned rounds is m."""
 
   name = amplification.B_MIN_SEP
 
   @staticmethod
-  def sampling_probability(config: Any, num_clients: int) -> float:
+  def availability_model(config: Any, num_clients: int
+                         ) -> Optional[availability_lib.AvailabilityModel]:
+    """The run's simulated availability (time zones from the public --seed, as the device
+    timer's), or None when every device is always there."""
+    settings = config.participation_settings
+    if settings.availability == "always":
+      return None
+    return availability_lib.simulated(settings.availability, num_clients, config.seed)
+
+  def availability(self, config: Any, num_clients: int) -> Optional[b_min_sep.Availability]:
+    """The accounting's availability classes (`b_min_sep.Availability`), or None."""
+    settings = config.participation_settings
+    return b_min_sep_availability(settings.availability, num_clients, config.seed,
+                                  config.rounds, settings.round_hours)
+
+  def sampling_probability(self, config: Any, num_clients: int) -> float:
     p = config.participation_settings.sampling_probability
     if p is not None:
       return float(p)
-    return b_min_sep.BMinSepSampling.probability_for_rate(
-        config.clients_per_round / num_clients, config.min_sep)
+    return b_min_sep_probability(config.clients_per_round / num_clients, config.rounds,
+                                 config.min_sep, config.participation_settings.warm_start,
+                                 self.availability(config, num_clients))
 
   def sampling(self, config: Any, num_clients: int) -> b_min_sep.BMinSepSampling:
     return b_min_sep.BMinSepSampling(
         config.rounds, config.min_sep, self.sampling_probability(config, num_clients),
-        warm_start=config.participation_settings.warm_start)
+        warm_start=config.participation_settings.warm_start,
+        availability=self.availability(config, num_clients))
 
   def key(self, config: Any, num_clients: int) -> str:
     """What the Monte Carlo release depends on besides C, n and δ (its cache key)."""
     s = self.sampling(config, num_clients)
-    return f"b_min_sep:b={s.min_sep}:p={s.sampling_probability!r}:warm={s.warm_start}"
+    out = f"b_min_sep:b={s.min_sep}:p={s.sampling_probability!r}:warm={s.warm_start}"
+    if s.availability is not None:
+      out += f":availability={s.availability.digest()}"
+    return out
 
   def pair(self, config: Any, mechanism: Any, num_clients: int) -> Any:
     """The dominating pair of the run's C over its planned rounds."""
@@ -202,6 +236,49 @@ class BMinSepAmplification:
       raise ValueError(
           f"--participation=b_min_sep accounts at most {b_min_sep.MAX_ROUNDS} rounds (its "
           f"Monte Carlo builds the n x n Gram matrix of C); got --rounds={config.rounds}.")
+
+
+_AVAILABILITY_CLASSES: dict[tuple, Optional[b_min_sep.Availability]] = {}
+_MEAN_RATE_PROBABILITY: dict[tuple, float] = {}
+
+
+def b_min_sep_availability(kind: str, num_clients: int, public_seed: int, rounds: int,
+                           round_hours: float) -> Optional[b_min_sep.Availability]:
+  """The availability classes of `--availability=kind` for b-min-sep (time zones from the
+  public seed, as the device timer's; a round every `round_hours` hours), or None for
+  "always". Refuses more than `MAX_AVAILABILITY_CLASSES` classes."""
+  key = (kind, num_clients, public_seed, rounds, round_hours)
+  if key not in _AVAILABILITY_CLASSES:
+    model = availability_lib.simulated(kind, num_clients, public_seed)
+    found = model.round_windows(rounds, round_hours)
+    if found is None:
+      _AVAILABILITY_CLASSES[key] = None
+    else:
+      windows, klass = found
+      if windows.shape[0] > MAX_AVAILABILITY_CLASSES:
+        raise ValueError(
+            f"--availability={kind} with --round_hours={round_hours!r} puts the devices "
+            f"into {windows.shape[0]} availability classes (distinct public patterns of "
+            f"rounds), more than the {MAX_AVAILABILITY_CLASSES} b-min-sep accounts (each "
+            "needs its own Monte Carlo release). Use a --round_hours that divides 24 "
+            "(e.g. 1 or 2).")
+      _AVAILABILITY_CLASSES[key] = b_min_sep.Availability(
+          windows, tuple(np.bincount(klass, minlength=windows.shape[0]).tolist()),
+          model.window_probability)
+  return _AVAILABILITY_CLASSES[key]
+
+
+def b_min_sep_probability(rate: float, rounds: int, min_sep: int, warm_start: bool,
+                          availability: Optional[b_min_sep.Availability]) -> float:
+  """p whose expected cohort is `rate` of the population a round: stationary, or with
+  availability the mean over the rounds."""
+  if availability is None:
+    return b_min_sep.BMinSepSampling.probability_for_rate(rate, min_sep)
+  key = (rate, rounds, min_sep, warm_start, availability.digest())
+  if key not in _MEAN_RATE_PROBABILITY:
+    _MEAN_RATE_PROBABILITY[key] = b_min_sep.probability_for_mean_rate(
+        rate, rounds, min_sep, warm_start=warm_start, availability=availability)
+  return _MEAN_RATE_PROBABILITY[key]
 
 
 class CyclicPoissonAmplification:
@@ -424,10 +501,14 @@ class BMinSepScheme(Scheme):
   def build(self, config, settings, num_clients, seed):
     return sampling.BMinSepScheduler(
         num_clients, config.min_sep, self.amplification.sampling_probability(
-            config, num_clients), seed, warm_start=settings.warm_start)
+            config, num_clients), seed, warm_start=settings.warm_start,
+        availability=self.amplification.availability_model(config, num_clients),
+        round_hours=settings.round_hours,
+        denominator=self.expected_cohort(config, num_clients))
 
   def expected_cohort(self, config, num_clients):
-    """p N / (1 + (b − 1) p): the stationary expected cohort (m unless p is given)."""
+    """p N / (1 + (b − 1) p): the stationary expected cohort; with availability, the mean
+    expected cohort over the planned rounds (m unless p is given)."""
     return self.amplification.sampling(config, num_clients).participation_rate * num_clients
 
   def rule_separation(self, config):

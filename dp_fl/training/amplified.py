@@ -335,20 +335,37 @@ class BMinSep(MonteCarlo):
     s = release.schedule
     start = ("each client's first eligible round drawn once from the chain's stationary law"
              if s["warm_start"] else "every client eligible at round 0")
+    availability = s.get("availability")
+    if availability is None:
+      there = "every eligible client could be sampled (no availability filter)"
+    else:
+      settings = config.participation_settings
+      there = (
+          f"only clients available at the round's simulated time could be sampled "
+          f"(--availability={settings.availability}, a round every {settings.round_hours:g} "
+          f"h). This adds an assumption: a client's availability is independent of its data; "
+          f"its time zone (hence which rounds fall in its daily window) is treated as public, "
+          f"and whether it checks in during a window as a secret coin of probability "
+          f"{availability['window_probability']:.6g}, independent across clients and days. "
+          f"The population falls into {availability['num_classes']} classes of distinct "
+          f"windows; each was accounted and verified on its own and the ε is the largest. "
+          f"An adversary who learns a client's check-ins, or availability that depends on "
+          f"what the client types, voids the amplification")
     return (
         f"after taking part in a round a client was ineligible for the next "
         f"{s['min_sep'] - 1} round(s) (b = {s['min_sep']}); in every round it was eligible "
         f"for it was sampled independently with probability p = "
-        f"{s['sampling_probability']:.6g}, secretly ({start}); every eligible client could "
-        "be sampled (no availability filter), and a round with no client still released its "
-        "noise. The guarantee holds for a production system only if it samples the same "
-        "way, with randomness nobody else knows.")
+        f"{s['sampling_probability']:.6g}, secretly ({start}); {there}; and a round with no "
+        "client still released its noise. The guarantee holds for a production system only "
+        "if it samples the same way, with randomness nobody else knows.")
 
   def _schedule_details(self, release):
     s = release.schedule
+    rate = ("stationary_participation_rate" if s.get("availability") is None
+            else "mean_participation_rate")
     return {"min_sep": s["min_sep"], "sampling_probability": s["sampling_probability"],
-            "warm_start": s["warm_start"],
-            "stationary_participation_rate": s["participation_rate"],
+            "warm_start": s["warm_start"], rate: s["participation_rate"],
+            "availability": s.get("availability"),
             "exact_likelihood_ratio": s.get("exact_likelihood_ratio")}
 
 

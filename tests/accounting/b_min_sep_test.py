@@ -30,35 +30,47 @@ def _patterns(n, b):
       yield tuple(rounds)
 
 
-def _probability(sampling, pattern):
+def _probability(sampling, pattern, klass=0):
   """P[S = pattern] under the chain, by its definition (first-eligible law, then each
-  eligible round sampled with probability p, ineligible for b - 1 rounds after)."""
+  eligible round sampled with probability p, ineligible for b - 1 rounds after); with
+  availability, averaged over every outcome of the class's window coins (a round can be
+  drawn only if its window's coin is up)."""
   n, b, p = sampling.rounds, sampling.min_sep, sampling.sampling_probability
+  windows = (np.zeros(n, dtype=int) if sampling.availability is None
+             else sampling.availability.windows[klass])
+  q = sampling.window_probability
+  ids = sorted({int(w) for w in windows if w >= 0})
   total = 0.0
-  for first, w in enumerate(sampling.initial_wait_probabilities()):
-    if w == 0.0:
+  for coins in itertools.product((0, 1), repeat=len(ids)):
+    up = dict(zip(ids, coins))
+    weight = math.prod(q if c else 1.0 - q for c in coins) if q < 1.0 else float(all(coins))
+    if weight == 0.0:
       continue
-    prob, free_from = w, first
-    for t in range(n):
-      if t < free_from:
-        if t in pattern:
-          prob = 0.0
+    for first, w in enumerate(sampling.initial_wait_probabilities()):
+      if w == 0.0:
         continue
-      if t in pattern:
-        prob *= p
-        free_from = t + b
-      else:
-        prob *= 1.0 - p
-    total += prob
+      prob, free_from = w * weight, first
+      for t in range(n):
+        there = windows[t] >= 0 and up[int(windows[t])]
+        if t < free_from or not there:
+          if t in pattern:
+            prob = 0.0
+          continue
+        if t in pattern:
+          prob *= p
+          free_from = t + b
+        else:
+          prob *= 1.0 - p
+      total += prob
   return total
 
 
-def _enumerated_log_ratio(sampling, log_a):
+def _enumerated_log_ratio(sampling, log_a, klass=0):
   out = []
+  law = {s: _probability(sampling, s, klass) for s in _patterns(sampling.rounds,
+                                                                  sampling.min_sep)}
   for row in log_a:
-    terms = [math.log(_probability(sampling, s)) + sum(row[t] for t in s)
-             for s in _patterns(sampling.rounds, sampling.min_sep)
-             if _probability(sampling, s) > 0]
+    terms = [math.log(q) + sum(row[t] for t in s) for s, q in law.items() if q > 0]
     out.append(float(np.logaddexp.reduce(terms)))
   return np.array(out)
 
@@ -94,6 +106,81 @@ def test_dynamic_program_equals_enumeration(n, b, p, warm):
   np.testing.assert_allclose(got, _enumerated_log_ratio(sampling, log_a), rtol=1e-10,
                              atol=1e-9)
   assert got[3] == pytest.approx(bms._log_never(sampling), abs=1e-9)
+
+
+# Device availability: (n, b, p, warm, windows of two classes, q).
+AVAILABILITY = [
+    (7, 2, 0.5, True, [[-1, 0, 0, -1, 1, 1, 1], [0, 0, 0, 0, -1, -1, 3]], 0.6),
+    (6, 3, 0.4, False, [[0, 0, 0, 1, 1, 1], [-1, 5, 5, 5, 6, -1]], 0.3),
+    (6, 1, 0.3, True, [[-1, -1, 0, 0, -1, 2], [1, 1, 1, 1, 1, 1]], 1.0),
+    (5, 2, 1.0, True, [[0, 0, -1, 1, 1], [-1, -1, -1, -1, 0]], 0.5),
+    (3, 5, 0.7, True, [[0, 0, 0], [-1, 2, 2]], 0.45),
+]
+
+
+def _available(n, b, p, warm, windows, q):
+  return bms.BMinSepSampling(n, b, p, warm_start=warm, availability=bms.Availability(
+      np.array(windows), (3, 5), q))
+
+
+@pytest.mark.parametrize("n,b,p,warm,windows,q", AVAILABILITY)
+def test_availability_law_matches_the_sampler(n, b, p, warm, windows, q):
+  sampling = _available(n, b, p, warm, windows, q)
+  for klass in range(2):
+    law = {s: _probability(sampling, s, klass) for s in _patterns(n, b)}
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+    draws = sampling.sample_patterns(np.random.default_rng(klass), 40000, klass)
+    seen = {}
+    for row in draws:
+      key = tuple(np.nonzero(row)[0].tolist())
+      seen[key] = seen.get(key, 0) + 1
+    assert set(seen) <= {s for s, v in law.items() if v > 0}
+    for s, v in law.items():
+      assert seen.get(s, 0) / 40000 == pytest.approx(
+          v, abs=4 * math.sqrt(v * (1 - v) / 40000) + 1e-9)
+
+
+@pytest.mark.parametrize("n,b,p,warm,windows,q", AVAILABILITY)
+def test_availability_dynamic_program_equals_enumeration(n, b, p, warm, windows, q):
+  sampling = _available(n, b, p, warm, windows, q)
+  rng = np.random.default_rng(n * 10 + b)
+  for klass in range(2):
+    log_a = rng.normal(0.0, 3.0, size=(5, n))
+    log_a[1] *= 40.0
+    log_a[2] = 300.0 * np.sign(log_a[2])
+    log_a[3] = -1e6
+    want = _enumerated_log_ratio(sampling, log_a, klass)
+    np.testing.assert_allclose(bms.log_likelihood_ratio(sampling, log_a, klass), want,
+                               rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(bms._log_likelihood_ratio_logspace(sampling, log_a, klass),
+                               want, rtol=1e-10, atol=1e-9)
+    assert bms._log_never(sampling, klass) == pytest.approx(want[3], abs=1e-9)
+    marginals = [sum(v for s, v in ((s, _probability(sampling, s, klass))
+                                    for s in _patterns(n, b)) if t in s) for t in range(n)]
+    np.testing.assert_allclose(bms.participation_probabilities(sampling, klass), marginals,
+                               atol=1e-12)
+
+
+def test_one_open_window_without_a_coin_is_no_availability_filter():
+  plain = bms.BMinSepSampling(9, 3, 0.35)
+  windowed = bms.BMinSepSampling(9, 3, 0.35, availability=bms.Availability(
+      np.zeros((1, 9), dtype=int), (4,), 1.0))
+  log_a = np.random.default_rng(0).normal(0.0, 2.0, size=(7, 9))
+  np.testing.assert_allclose(bms.log_likelihood_ratio(windowed, log_a),
+                             bms.log_likelihood_ratio(plain, log_a), rtol=1e-13)
+  assert windowed.participation_rate == pytest.approx(
+      bms.participation_probabilities(plain).mean(), rel=1e-12)
+
+
+def test_availability_refuses_bad_windows():
+  with pytest.raises(ValueError, match="consecutive"):
+    bms.Availability(np.array([[0, -1, 0]]), (1,))
+  with pytest.raises(ValueError, match="class_sizes"):
+    bms.Availability(np.array([[0, 0, 0]]), (1, 2))
+  with pytest.raises(ValueError, match="rounds"):
+    bms.BMinSepSampling(4, 2, 0.5, availability=bms.Availability(np.zeros((1, 3), int), (1,)))
+  with pytest.raises(ValueError, match="window_probability"):
+    bms.Availability(np.zeros((1, 3), int), (1,), 0.0)
 
 
 def test_stationary_rate_and_its_inverse():
@@ -322,6 +409,25 @@ def test_bad_inputs_are_named():
     bms.dominating_pair(sampling, matrix=np.eye(4))
   with pytest.raises(ValueError, match="rounds"):
     bms.log_likelihood_ratio(sampling, np.zeros((2, 4)))
+
+
+def test_worker_processes_sum_the_same_sample():
+  """Estimate-Verify-Release's long sums split over worker processes: the same chunks (each
+  from its own seed), so the same sums up to floating-point order; a class with availability
+  too."""
+  from dp_fl.accounting import monte_carlo  # pylint: disable=import-outside-toplevel
+  n = 12
+  sampling = bms.BMinSepSampling(n, 3, 0.4, availability=bms.Availability(
+      np.array([[0] * 4 + [-1] * 4 + [1] * 4, [-1] * 2 + [2] * 10]), (5, 7), 0.6))
+  pair = bms.dominating_pair(sampling, toeplitz_coefs=_blt_coefs(n))
+  m = 40 * monte_carlo.RNG_BLOCK + 17
+  for component in [(0, bms.REMOVE), (1, bms.ADD)]:
+    stream = bms._stream(pair, component, 9, monte_carlo.RNG_BLOCK)
+    alone = monte_carlo.streaming_stats(stream, m, 0.5, 0.5)
+    split = monte_carlo.streaming_stats(stream, m, 0.5, 0.5, workers=2)
+    assert alone.num_tail == split.num_tail > 0
+    assert split.sum_f == pytest.approx(alone.sum_f, rel=1e-12)
+    assert split.sum_f2 == pytest.approx(alone.sum_f2, rel=1e-12)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dp_fl.participation import availability as availability_lib
+from dp_fl.participation import base
 
 
 def rule(offset, start, length, p, n, device, t, seed):
@@ -84,6 +85,41 @@ def test_negative_time_rejected():
   model = availability_lib.DiurnalAvailability(np.zeros(2))
   with pytest.raises(ValueError, match="time_hours"):
     model.available(np.arange(2), -1.0, 0)
+
+
+@pytest.mark.parametrize("hours,start,length", [(1.0, 22.0, 8.0), (0.7, 21.5, 7.3),
+                                                (3.0, 0.0, 24.0), (5.0, 23.0, 2.0),
+                                                (1.0 / 3.0, 22.0, 8.0)])
+def test_round_windows_are_each_devices_windows(hours, start, length):
+  """Classes = distinct per-round windows: each device's row is its own window by the rule,
+  computed device by device here; and a device is available at a round exactly when the
+  round is in its window and that window's coin came up."""
+  offsets = np.concatenate([np.random.default_rng(1).uniform(-3.0, 3.0, 3000),
+                            [0.0, 1.0, -2.0, 3.0 - 1e-13, 2.0 + 1e-15]])  # Edges too.
+  model = availability_lib.DiurnalAvailability(offsets, window_start_hour=start,
+                                           window_hours=length, daily_probability=0.4)
+  n = 90
+  windows, klass = model.round_windows(n, hours)
+  assert np.unique(windows, axis=0).shape[0] == windows.shape[0]  # Distinct classes.
+  for d in range(offsets.size):
+    phase = (offsets[d] - start) % 24.0
+    want = []
+    for t in range(n):
+      u = t * hours + phase
+      day = math.floor(u / 24.0)
+      want.append(day if u - 24.0 * day < length else -1)
+    assert windows[klass[d]].tolist() == want, d
+  seed = 11
+  for t in range(0, n, 7):
+    here = model.available(np.arange(offsets.size), t * hours, seed)
+    window = windows[klass, t]
+    assert not np.any(here[window < 0])
+    for day in np.unique(window[window >= 0]):
+      coins = base.round_rng(seed, base.STREAM_AVAILABILITY, int(day)).random(
+          offsets.size) < 0.4
+      members = window == day
+      np.testing.assert_array_equal(here[members], coins[members])
+  assert availability_lib.AlwaysAvailable().round_windows(n, hours) is None
 
 
 if __name__ == "__main__":

@@ -287,6 +287,62 @@ def test_b_min_sep_resumes_bitwise_and_discards_keep_the_separation():
   assert restored.to_bytes() == scheduler.to_bytes()
 
 
+@pytest.mark.parametrize("b,p,hours", [(2, 0.6, 3.0), (3, 1.0, 2.0), (1, 0.4, 4.0)])
+def test_b_min_sep_with_availability_realizes_each_class_chain(b, p, hours):
+  """Only devices in their window and checked in are drawn: per class of public windows,
+  the scheduler's patterns follow the law the accounting analyses (its own sampler and the
+  exact per-round participation probabilities)."""
+  from dp_fl.accounting import b_min_sep  # pylint: disable=import-outside-toplevel
+  from dp_fl.participation import availability  # pylint: disable=import-outside-toplevel
+  n, clients = 10, 24000
+  model = availability.simulated("diurnal", clients, 5)
+  windows, klass = model.round_windows(n, hours)
+  classes = b_min_sep.Availability(windows, tuple(np.bincount(klass).tolist()),
+                                   model.window_probability)
+  accounting = b_min_sep.BMinSepSampling(n, b, p, availability=classes)
+  scheduler = sampling.BMinSepScheduler(clients, b, p, seed=3, availability=model,
+                                        round_hours=hours, denominator=7.0)
+  assert scheduler.expected_cohort_size == 7.0
+  got = _scheduler_patterns(scheduler, n)
+  assert classes.num_classes >= 2
+  for k in range(classes.num_classes):
+    members = got[klass == k]
+    assert not np.any(members[:, windows[k] < 0])  # Never drawn outside a window.
+    want = accounting.sample_patterns(np.random.default_rng(k), 200000, k)
+    np.testing.assert_allclose(members.mean(axis=0),
+                               b_min_sep.participation_probabilities(accounting, k),
+                               atol=5 * np.sqrt(0.25 / members.shape[0]) + 1e-9)
+    np.testing.assert_allclose(want.mean(axis=0),
+                               b_min_sep.participation_probabilities(accounting, k), atol=0.006)
+    # Joint law: how many times a client took part.
+    got_counts = np.bincount(members.sum(axis=1), minlength=n + 1) / members.shape[0]
+    want_counts = np.bincount(want.sum(axis=1), minlength=n + 1) / want.shape[0]
+    np.testing.assert_allclose(got_counts, want_counts,
+                               atol=5 * np.sqrt(0.25 / members.shape[0]) + 0.002)
+  mean_cohort = got.sum(axis=0).mean()
+  assert mean_cohort == pytest.approx(accounting.participation_rate * clients, rel=0.05)
+  if b > 1:
+    assert scheduler.realized().min_separation >= b
+
+
+def test_b_min_sep_with_availability_resumes_bitwise():
+  from dp_fl.participation import availability  # pylint: disable=import-outside-toplevel
+  from dp_fl.participation import checkpoint, schemes  # pylint: disable=import-outside-toplevel
+  del schemes  # Registers the b-min-sep scheduler's KIND for checkpoints.
+  model = availability.simulated("diurnal", 400, 2)
+  scheduler = sampling.BMinSepScheduler(400, 3, 0.7, seed=4, availability=model,
+                                        round_hours=2.0, denominator=12.5)
+  for _ in range(7):
+    scheduler.next_round()
+  restored = checkpoint.restore_scheduler(scheduler.to_bytes())
+  assert restored.availability is not None and restored.round_hours == 2.0
+  assert restored.expected_cohort_size == 12.5
+  for _ in range(20):
+    np.testing.assert_array_equal(scheduler.next_round().client_ids,
+                                  restored.next_round().client_ids)
+  assert restored.to_bytes() == scheduler.to_bytes()
+
+
 def test_b_min_sep_bad_settings_are_named():
   with pytest.raises(ValueError, match="min_sep"):
     sampling.BMinSepScheduler(10, 0, 0.5, seed=1)

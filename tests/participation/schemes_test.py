@@ -34,7 +34,8 @@ def test_the_entries_in_flag_order_with_their_analyses_and_settings():
   assert list(schemes.setting_fields()) == ["timer_hours", "round_hours", "availability",
                                             "population_sampling_rate", "sampling_probability",
                                             "warm_start"]
-  assert schemes.readers("round_hours") == ("device_timer", "min_sep_rounds")
+  assert schemes.readers("round_hours") == ("device_timer", "min_sep_rounds", "b_min_sep")
+  assert schemes.readers("availability") == ("device_timer", "min_sep_rounds", "b_min_sep")
   assert schemes.readers("population_sampling_rate") == ("poisson",)
   assert schemes.readers("sampling_probability") == ("b_min_sep",)
   assert schemes.readers("bands") == ()

@@ -266,10 +266,6 @@ def test_b_min_sep_bad_flags_are_clear_errors(flags, message):
   assert message in out.stderr and "Traceback" not in out.stderr
 
 
-if __name__ == "__main__":
-  raise SystemExit(pytest.main([__file__, "-q"]))
-
-
 _CYCLIC = ["--sampling=cyclic_poisson", "--mechanism=bandmf", "--rounds=60", "--min_sep=6",
            "--population=6000", "--clients_per_round=100", "--delta=1e-5"]
 
@@ -321,3 +317,26 @@ def test_bands_flag_is_checked():
   out = _cli("--mechanism=bisr", "--rounds=10", "--min_sep=2", "--bands=0",
              "--noise_multiplier=1", "--delta=1e-6")
   assert out.returncode == 2 and "--bands" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_b_min_sep_with_device_availability_accounts_every_class():
+  flags = [f for f in _BMS_FLAGS if not f.startswith(("--clients_per_round", "--rounds"))]
+  out = _cli(*flags, "--rounds=16", "--clients_per_round=5", "--availability=diurnal",
+             "--round_hours=3", "--target_epsilon=2")
+  assert out.returncode == 0, out.stderr
+  r = json.loads(out.stdout)
+  assert r["released"] and r["availability"]["num_classes"] >= 2
+  assert sum(r["availability"]["class_sizes"]) == 100
+  assert r["mean_participation_rate"] == pytest.approx(0.05, rel=1e-6)
+  assert any("independent of its data" in n for n in r["notes"])
+  # Only 1/6 of a day is a window and half the devices check in: 20 of 100 is out of reach.
+  out = _cli(*flags, "--rounds=16", "--clients_per_round=20", "--availability=diurnal",
+             "--round_hours=3", "--target_epsilon=2")
+  assert out.returncode == 2 and "--availability=always" in out.stderr, out.stderr
+  out = _cli(*[f for f in flags if not f.startswith("--population")], "--rounds=16",
+             "--sampling_probability=0.5", "--availability=diurnal", "--target_epsilon=2")
+  assert out.returncode == 2 and "needs --population" in out.stderr, out.stderr
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))

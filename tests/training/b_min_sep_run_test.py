@@ -62,6 +62,46 @@ def test_calibrated_run_is_audited_and_resumes_bitwise(tmp_path, mechanism):
   assert any("reproducible_noise_seed=5" in c for c in report["caveats"])
 
 
+def test_device_availability_run_is_audited_per_class(tmp_path):
+  """Only devices in their daily window (and checked in) are drawn; every class of public
+  windows is accounted, and the audit enumerates each class's patterns with the true ratio."""
+  task = toy_task.make_task(num_clients=NUM_CLIENTS)
+  amplified._RELEASED.clear()  # pylint: disable=protected-access
+
+  def config_for(name):
+    return toy_program.calibrated_config(
+        task, tmp_path / name, "blt", epsilon=3.0, rounds=8, participation="b_min_sep",
+        min_sep=2, clients_per_round=1, delta=DELTA, checkpoint_every=1, eval_every=8,
+        availability="diurnal", round_hours=3.0, reproducible_noise_seed=5)
+
+  whole, _ = privacy_audit.check_recipe_run(task, config_for, pauses=(4,))
+  report = _report(tmp_path / "whole")
+  assert report["scheme"] == "b_min_sep" and report["amplified_holds"], report
+  assert report["epsilon_amplified"] == pytest.approx(3.0)
+  details = report["amplified"]
+  availability = details["availability"]
+  assert availability["num_classes"] >= 2 and sum(availability["class_sizes"]) == NUM_CLIENTS
+  assert availability["window_probability"] == 0.5
+  # The default p makes the mean expected cohort over the 8 rounds m = 1 of 12.
+  assert details["mean_participation_rate"] == pytest.approx(1 / NUM_CLIENTS)
+  text = (tmp_path / "whole" / "privacy_report.md").read_text()
+  assert "only clients available" in text and "independent of its data" in text
+  assert whole.epsilon == report["epsilon"]
+
+
+def test_unreachable_cohort_under_availability_is_refused():
+  config = toy_program.toy_config("/tmp/unused", 8, "blt", participation="b_min_sep",
+                                  min_sep=2, clients_per_round=4, availability="diurnal",
+                                  round_hours=3.0)
+  with pytest.raises(ValueError, match="availability=always"):
+    schemes.scheme("b_min_sep").amplification.sampling(config, NUM_CLIENTS)
+  odd = config.replace(clients_per_round=1, rounds=200,
+                       participation_settings=dataclasses.replace(
+                           config.participation_settings, round_hours=0.37))
+  with pytest.raises(ValueError, match="round_hours"):
+    schemes.scheme("b_min_sep").amplification.sampling(odd, 5000)
+
+
 def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):
   config = toy_program.toy_config(str(tmp_path), 6, "dpsgd", participation="b_min_sep",
                                   min_sep=2, clients_per_round=2, noise_multiplier=1.5,

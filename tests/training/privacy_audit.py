@@ -175,46 +175,88 @@ def _audit_amplified(config, mechanism, scheduler, patterns, rows, reported):
   return float(optimistic), None
 
 
-def chain_patterns(n: int, b: int, p: float, warm_start: bool) -> list[tuple[tuple, float]]:
+def chain_patterns(n: int, b: int, p: float, warm_start: bool, windows=None,
+                   window_probability: float = 1.0) -> list[tuple[tuple, float]]:
   """Every participation pattern of b-min-sep sampling over n rounds with its probability,
-  by walking the eligibility chain (independently of dp_fl's dynamic program)."""
+  by walking the eligibility chain (independently of dp_fl's dynamic program). With
+  `windows` (per round: the availability window, or -1), a client can be drawn only in a
+  window whose coin (probability `window_probability`, tossed at its first round) came up."""
   first = np.zeros(b)
   if warm_start:
     first[:] = p / (1.0 + (b - 1) * p)
     first[0] = 1.0 / (1.0 + (b - 1) * p)
   else:
     first[0] = 1.0
+  windows = np.zeros(n, dtype=int) if windows is None else np.asarray(windows)
+  q = window_probability if np.any(windows >= 0) else 1.0
   law: dict[tuple, float] = {}
 
-  def walk(t, wait, rows, prob):
+  def walk(t, wait, rows, prob, up):
     if prob == 0.0:
       return
     if t == n:
       law[rows] = law.get(rows, 0.0) + prob
       return
-    if wait > 0:
-      walk(t + 1, wait - 1, rows, prob)
+    w = int(windows[t])
+    if w >= 0 and (t == 0 or windows[t - 1] != w) and q < 1.0:  # A window opens: its coin.
+      walk_in(t, wait, rows, prob * q, True)
+      walk_in(t, wait, rows, prob * (1.0 - q), False)
       return
-    walk(t + 1, b - 1, rows + (t,), prob * p)
-    walk(t + 1, 0, rows, prob * (1.0 - p))
+    walk_in(t, wait, rows, prob, up if w >= 0 else False)
+
+  def walk_in(t, wait, rows, prob, up):
+    there = windows[t] >= 0 and (up or q == 1.0)
+    if wait > 0 or not there:
+      walk(t + 1, max(wait - 1, 0), rows, prob, up)
+      return
+    walk(t + 1, b - 1, rows + (t,), prob * p, up)
+    walk(t + 1, 0, rows, prob * (1.0 - p), up)
 
   for start, w in enumerate(first):
-    walk(0, start, (), w)
+    walk(0, start, (), w, False)
   return list(law.items())
 
 
+def availability_windows(model, rounds: int, round_hours: float) -> np.ndarray:
+  """Each device's window per round (-1: not in one) from its time zone, by the rule's
+  definition (DiurnalAvailability: local time in [start, start + length), a coin per day)."""
+  config, arrays = model.to_config()
+  phase = np.mod(arrays["timezone_offsets_hours"] - config["window_start_hour"], 24.0)
+  u = np.arange(rounds)[None, :] * round_hours + phase[:, None]
+  day = np.floor(u / 24.0)
+  return np.where(u - 24.0 * day < config["window_hours"], day, -1).astype(int)
+
+
 def _b_min_sep_delta(config, scheduler, patterns, c_planned, reported, num_samples=2 ** 18):
-  """δ̂ at the claimed ε, the larger of the two directions, with the TRUE likelihood ratio
-  (every pattern enumerated, the full quadratic form): a fresh Monte Carlo sample."""
+  """δ̂ at the claimed ε, the largest over the two directions and every availability class,
+  with the TRUE likelihood ratio (every pattern enumerated, the full quadratic form): a
+  fresh Monte Carlo sample."""
   b, p = scheduler.min_sep, scheduler.sampling_probability
   for rows_ in patterns.values():  # Every client kept the separation.
     assert all(y - x >= b for x, y in zip(rows_, rows_[1:])), rows_
-  law = chain_patterns(config.rounds, b, p, scheduler.warm_start)
+  classes = [(None, 1.0)]
+  if scheduler.availability is not None:
+    windows = availability_windows(scheduler.availability, config.rounds,
+                                   scheduler.round_hours)
+    for client, rows_ in patterns.items():  # Every participant was there.
+      for t in rows_:
+        assert windows[client, t] >= 0 and scheduler.availability.available(
+            [client], t * scheduler.round_hours, scheduler.seed)[0], (client, t)
+    q = scheduler.availability.window_probability
+    classes = [(row, q) for row in np.unique(windows, axis=0)]
+  out = []
+  for row, q in classes:
+    law = chain_patterns(config.rounds, b, p, scheduler.warm_start, row, q)
+    out.append(_true_delta(config, law, c_planned, reported["epsilon_amplified"], num_samples))
+  return max(out)
+
+
+def _true_delta(config, law, c_planned, eps, num_samples):
   probs = np.array([q for _, q in law])
   means = np.zeros((config.rounds, len(law)))
   for j, (rows_, _) in enumerate(law):
     means[:, j] = c_planned[:, list(rows_)].sum(axis=1)
-  sigma, eps = config.noise_multiplier, reported["epsilon_amplified"]
+  sigma = config.noise_multiplier
   half_norms = 0.5 * np.sum(means ** 2, axis=0)
   rng = np.random.default_rng(20261127)
   sums = {"remove": [0.0, 0.0], "add": [0.0, 0.0]}
