@@ -10,10 +10,13 @@ take one more pass of 7.5M samples):
   and 5 clients a round of 5,446 users (1,089 bins, 8 of them used), BLT;
 * `b_min_sep_quick`: the StackOverflow quick schedule under b-min-sep (n = 100, b = 100, an
   expected 50 of 5,446 a round), BLT;
+* `--availability`: the quick schedule with 30 of 5,446 a round under the device-availability
+  variant (`--availability=diurnal`, a round an hour: 6 classes of windows, each calibrated
+  and verified), BLT;
 * `--paper`: n = 2052, b = 342, an expected 1,000 of 342,477 a round, BandMF (exact) and BLT
   (bounded), calibration only.
 
-  .venv/bin/python -m scripts.bench_b_min_sep [--paper]
+  .venv/bin/python -m scripts.bench_b_min_sep [--availability] [--paper]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dp_fl.accounting import amplification
 from dp_fl.accounting import b_min_sep
 from dp_fl.mechanisms import catalog
 from dp_fl.mechanisms import families  # pylint: disable=unused-import  (every mechanism)
+from dp_fl.participation import schemes
 
 EPSILON, DELTA = 8.0, 1e-5
 
@@ -46,7 +50,7 @@ def _release(pair: Any) -> dict[str, Any]:
           "calibration_margin": release.calibration_margin}
 
 
-def cases(paper: bool) -> dict[str, Any]:
+def cases(paper: bool, availability: bool = False) -> dict[str, Any]:
   out: dict[str, Any] = {}
   blt8 = catalog.build("blt", rounds=8, min_sep=8, max_participations=1).mechanism
   out["balls_in_bins_8_rounds"] = dict(
@@ -58,6 +62,15 @@ def cases(paper: bool) -> dict[str, Any]:
   out["b_min_sep_quick"] = dict(rounds=100, min_sep=100,
                                 sampling_probability=sampling.sampling_probability,
                                 **_release(amplification.b_min_sep_pair(quick, sampling)))
+  if availability:
+    classes = schemes.b_min_sep_availability("diurnal", 5446, 0, 100, 1.0)
+    sampling = b_min_sep.BMinSepSampling(
+        100, 100, schemes.b_min_sep_probability(30 / 5446, 100, 100, True, classes),
+        availability=classes)
+    out["b_min_sep_quick_diurnal"] = dict(
+        rounds=100, min_sep=100, sampling_probability=sampling.sampling_probability,
+        availability_classes=classes.num_classes,
+        **_release(amplification.b_min_sep_pair(quick, sampling)))
   if paper:
     sampling = b_min_sep.BMinSepSampling(
         2052, 342, b_min_sep.BMinSepSampling.probability_for_rate(1000 / 342477, 342))
@@ -79,13 +92,15 @@ def cases(paper: bool) -> dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--availability", action="store_true",
+                      help="also the quick schedule under diurnal device availability (minutes)")
   parser.add_argument("--paper", action="store_true",
                       help="also paper 004's StackOverflow schedule (tens of minutes)")
   exits.add_debug_flag(parser)
   args = parser.parse_args(argv)
 
   def body() -> int:
-    print(json.dumps({"epsilon": EPSILON, "delta": DELTA, **cases(args.paper)}, indent=1))
+    print(json.dumps({"epsilon": EPSILON, "delta": DELTA, **cases(args.paper, args.availability)}, indent=1))
     return exits.COMPLETED
 
   return exits.guarded(body, debug=args.debug)

@@ -349,7 +349,8 @@ def b_min_sep(mechanism: catalog.Mechanism, sampling: b_min_sep_lib.BMinSepSampl
       "warm_start": sampling.warm_start,
       ("stationary_participation_rate" if availability is None
        else "mean_participation_rate"): sampling.participation_rate,
-      "availability": None if availability is None else availability.to_dict(),
+      "availability": None if availability is None else dict(
+          availability.to_dict(), peak_participation_rate=sampling.peak_participation_rate),
       "delta": delta, "epsilon": release.epsilon,
       "noise_multiplier": release.noise_multiplier, "solved_for": release.solved_for,
       "released": True, "guarantee": release.guarantee(),

@@ -235,14 +235,34 @@ class BMinSepSampling:
     return 1.0 if self.availability is None else self.availability.window_probability
 
   @functools.cached_property
+  def cohort_rates(self) -> np.ndarray:
+    """The expected cohort of each round as a fraction of the population (with availability:
+    Σ_k |class k| P_k[t ∈ S] / N, `participation_probabilities`; read-only)."""
+    if self.availability is None:
+      out = np.full(self.rounds, stationary_participation_rate(self.min_sep,
+                                                               self.sampling_probability))
+    else:
+      sizes = np.asarray(self.availability.class_sizes, dtype=np.float64)
+      out = sum(size * participation_probabilities(self, k)
+                for k, size in enumerate(sizes)) / sizes.sum()
+    out.setflags(write=False)
+    return out
+
+  @property
   def participation_rate(self) -> float:
     """The chance a client takes part in a round: p / (1 + (b − 1) p) in the stationary
-    chain; with availability, the mean over rounds and clients (`participation_probabilities`)."""
+    chain; with availability, the mean over rounds and clients."""
     if self.availability is None:
       return stationary_participation_rate(self.min_sep, self.sampling_probability)
-    sizes = np.asarray(self.availability.class_sizes, dtype=np.float64)
-    means = [participation_probabilities(self, k).mean() for k in range(self.num_classes)]
-    return float(np.dot(sizes, means) / sizes.sum())
+    return float(self.cohort_rates.mean())
+
+  @property
+  def peak_participation_rate(self) -> float:
+    """The largest expected cohort of a round, as a fraction of the population (the
+    stationary rate without availability)."""
+    if self.availability is None:
+      return self.participation_rate
+    return float(self.cohort_rates.max())
 
   @staticmethod
   def probability_for_rate(rate: float, min_sep: int) -> float:
@@ -290,28 +310,32 @@ class BMinSepSampling:
     out["availability"] = (None if self.availability is None else
                            self.availability.to_dict())
     out["participation_rate"] = self.participation_rate
+    if self.availability is not None:
+      out["peak_participation_rate"] = self.peak_participation_rate
     return out
 
 
-def probability_for_mean_rate(rate: float, rounds: int, min_sep: int, *, warm_start: bool,
+def probability_for_peak_rate(rate: float, rounds: int, min_sep: int, *, warm_start: bool,
                               availability: Availability) -> float:
-  """p whose mean participation rate over the rounds (`BMinSepSampling.participation_rate`,
-  with availability) is `rate`; refused above what p = 1 gives."""
+  """p whose largest expected cohort of a round (`BMinSepSampling.peak_participation_rate`)
+  is `rate` of the population: the report goal m is then never exceeded in expectation, and
+  the aggregators' fixed denominator m is the busiest round's expected cohort. Refused above
+  what p = 1 gives."""
   r = _checks.check_positive("participation rate", rate)
 
-  def mean_rate(p: float) -> float:
-    return BMinSepSampling(rounds, min_sep, p, warm_start, availability).participation_rate
+  def peak(p: float) -> float:
+    return BMinSepSampling(rounds, min_sep, p, warm_start, availability).peak_participation_rate
 
-  most = mean_rate(1.0)
+  most = peak(1.0)
   if r > most * (1.0 + 1e-9):
     raise ValueError(
         f"An expected cohort of {r:.4g} of the population a round is more than b-min-sep "
         f"with --min_sep={min_sep} can give when only available devices can be drawn: even "
-        f"p = 1 gives {most:.4g} on average. Lower --clients_per_round or --min_sep, use more "
-        "clients, or --availability=always.")
+        f"p = 1 gives at most {most:.4g} in any round. Lower --clients_per_round or "
+        "--min_sep, use more clients, or --availability=always.")
   if r >= most:
     return 1.0
-  return root_finding.brent(lambda p: mean_rate(p) - r, 1e-12, 1.0, xtol=1e-12, rtol=1e-10)
+  return root_finding.brent(lambda p: peak(p) - r, 1e-12, 1.0, xtol=1e-12, rtol=1e-10)
 
 
 def log_likelihood_ratio(sampling: BMinSepSampling, log_a: np.ndarray,

@@ -59,12 +59,18 @@ class AvailabilityModel(abc.ABC):
   def to_config(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(JSON-able dict, arrays) from which `from_config` rebuilds the model."""
 
+  def round_times(self, num_rounds: int, round_hours: float) -> np.ndarray:
+    """When rounds 0..n-1 are held (hours): on the grid of `round_hours`, skipping the times
+    at which no device can be available (a public schedule: no round is run for nobody)."""
+    n = _checks.check_positive_int("num_rounds", num_rounds)
+    return np.arange(n) * _checks.check_positive("round_hours", round_hours)
+
   def round_windows(self, num_rounds: int,
                     round_hours: float) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """Rounds t = 0..n-1 held at t · `round_hours` hours: (windows, class_of_device), the
-    distinct public patterns of the population — windows[k, t] is the window (coin) round t
-    falls in for class k, or -1 when class k cannot be available — and each device's class;
-    None when every device is available in every round."""
+    """Rounds t = 0..n-1 held at `round_times`: (windows, class_of_device), the distinct
+    public patterns of the population — windows[k, t] is the window (coin) round t falls in
+    for class k, or -1 when class k cannot be available — and each device's class; None when
+    every device is available in every round."""
     del num_rounds, round_hours
     return None
 
@@ -220,14 +226,36 @@ class DiurnalAvailability(AvailabilityModel):
     day = np.floor(u / 24.0)
     return np.where((u - 24.0 * day) < self._length, day, -1.0).astype(np.int64)
 
+  def round_times(self, num_rounds, round_hours):
+    """Grid times k · h at which some device's window is open (a device's phase lies in
+    [(−τ) mod 24, +length) mod 24; coins aside), the first n of them. Any deterministic
+    choice is sound — the scheduler and the accounting use the same times, and a time with
+    nobody there only runs an empty round."""
+    n = _checks.check_positive_int("num_rounds", num_rounds)
+    h = _checks.check_positive("round_hours", round_hours)
+    phases = self._sorted_phase
+    found: list[np.ndarray] = []
+    count, start = 0, 0
+    while count < n:
+      grid = np.arange(start, start + max(2 * n, 256)) * h
+      start += grid.size
+      lo = np.mod(-grid, 24.0)
+      hi = lo + self._length
+      inside = (np.searchsorted(phases, np.minimum(hi, 24.0), side="left")
+                - np.searchsorted(phases, lo, side="left"))
+      inside += np.searchsorted(phases, np.maximum(hi - 24.0, 0.0), side="left")
+      found.append(grid[inside > 0])
+      count += found[-1].size
+      if count == 0 and start * h > 48.0:  # Two days and no device: the windows are empty.
+        raise ValueError("No device is ever available under this availability model.")
+    return np.concatenate(found)[:n]
+
   def round_windows(self, num_rounds, round_hours):
     """Devices are grouped by window phase between the phases at which some round enters or
     leaves a window (t h + phase crossing 24 d or 24 d + length); a group whose first and
     last devices (in phase order) share a pattern shares it throughout (for each round the
     rule is monotone in the phase), and any other group is computed device by device."""
-    n = _checks.check_positive_int("num_rounds", num_rounds)
-    h = _checks.check_positive("round_hours", round_hours)
-    times = np.arange(n) * h  # The scheduler's clock: round t at t · h hours.
+    times = self.round_times(num_rounds, round_hours)  # The scheduler's clock.
     folded = np.mod(times, 24.0)
     cuts = np.unique(np.mod(np.concatenate([-folded, self._length - folded]), 24.0))
     group = np.searchsorted(cuts, self._sorted_phase, side="right")

@@ -85,7 +85,8 @@ class BMinSepScheduler(base.Scheduler):
   planned rounds, given by the caller).
 
   Device availability (the issue's variant): with an `availability.AvailabilityModel`, row t
-  is held at t · `round_hours` hours and only devices available then (in their window, and
+  is held at the model's t-th round time (`round_times`: the `round_hours` grid, skipping
+  times no device can be there) and only devices available then (in their window, and
   checked in: the model's coins, drawn from this scheduler's secret seed as in the device
   timer) can be sampled; an eligible device that is not there stays eligible.
 
@@ -118,6 +119,7 @@ class BMinSepScheduler(base.Scheduler):
     self._round_hours = _checks.check_positive("round_hours", round_hours)
     self._denominator = (None if denominator is None else
                          _checks.check_positive("denominator", denominator))
+    self._times = np.zeros(0)  # Round times (availability), extended on demand.
     self._eligible_from = np.zeros(self._num_clients, dtype=np.int64)
     if self._warm_start and self._min_sep > 1:
       law = b_min_sep.first_eligible_probabilities(self._min_sep, self._p)
@@ -149,6 +151,15 @@ class BMinSepScheduler(base.Scheduler):
   def round_hours(self) -> float:
     return self._round_hours
 
+  def round_time(self, round_index: int) -> float:
+    """When row `round_index` is held (hours): the availability model's round times."""
+    if self._availability is None:
+      return round_index * self._round_hours
+    if round_index >= self._times.size:
+      self._times = self._availability.round_times(max(2 * (round_index + 1), 64),
+                                                   self._round_hours)
+    return float(self._times[round_index])
+
   @property
   def expected_cohort_size(self) -> float:
     """The denominator given, else p N / (1 + (b - 1) p): the stationary expected cohort."""
@@ -161,7 +172,7 @@ class BMinSepScheduler(base.Scheduler):
     there at its time)."""
     out = self._eligible_from <= round_index
     if self._availability is not None:
-      present = self._availability.available_ids(round_index * self._round_hours, self._seed)
+      present = self._availability.available_ids(self.round_time(round_index), self._seed)
       if present is not None:
         there = np.zeros(self._num_clients, dtype=bool)
         there[present] = True

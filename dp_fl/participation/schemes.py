@@ -182,7 +182,8 @@ class BMinSepAmplification:
   always (the device-availability variant), only devices available at the round's simulated
   time can be drawn; the devices' public time zones put them in classes accounted
   separately, their daily check-in coin is part of the secret sampling, and p defaults to
-  the one whose mean expected cohort over the planned rounds is m."""
+  the one whose busiest round's expected cohort is m (rounds are held only at times some
+  device can be there; cohorts swing with the time zones in their windows)."""
 
   name = amplification.B_MIN_SEP
 
@@ -271,12 +272,12 @@ def b_min_sep_availability(kind: str, num_clients: int, public_seed: int, rounds
 def b_min_sep_probability(rate: float, rounds: int, min_sep: int, warm_start: bool,
                           availability: Optional[b_min_sep.Availability]) -> float:
   """p whose expected cohort is `rate` of the population a round: stationary, or with
-  availability the mean over the rounds."""
+  availability that of the busiest round."""
   if availability is None:
     return b_min_sep.BMinSepSampling.probability_for_rate(rate, min_sep)
   key = (rate, rounds, min_sep, warm_start, availability.digest())
   if key not in _MEAN_RATE_PROBABILITY:
-    _MEAN_RATE_PROBABILITY[key] = b_min_sep.probability_for_mean_rate(
+    _MEAN_RATE_PROBABILITY[key] = b_min_sep.probability_for_peak_rate(
         rate, rounds, min_sep, warm_start=warm_start, availability=availability)
   return _MEAN_RATE_PROBABILITY[key]
 
@@ -507,9 +508,10 @@ class BMinSepScheme(Scheme):
         denominator=self.expected_cohort(config, num_clients))
 
   def expected_cohort(self, config, num_clients):
-    """p N / (1 + (b − 1) p): the stationary expected cohort; with availability, the mean
-    expected cohort over the planned rounds (m unless p is given)."""
-    return self.amplification.sampling(config, num_clients).participation_rate * num_clients
+    """p N / (1 + (b − 1) p): the stationary expected cohort; with availability, the busiest
+    round's expected cohort (m unless p is given) — the aggregators' denominator."""
+    return (self.amplification.sampling(config, num_clients).peak_participation_rate
+            * num_clients)
 
   def rule_separation(self, config):
     return config.min_sep

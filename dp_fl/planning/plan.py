@@ -47,6 +47,7 @@ from dp_fl.mechanisms import sensitivity as sensitivity_lib
 from dp_fl.mechanisms import signal_to_noise as signal_to_noise_lib
 from dp_fl.participation import availability as availability_lib
 from dp_fl.participation import extrapolation
+from dp_fl.participation import schemes
 
 DEFAULT_MECHANISMS = ("blt", "bandmf", "tree")
 DEFAULT_ROBUSTNESS = (0.9, 0.75, 0.5)
@@ -533,11 +534,30 @@ def b_min_sep_estimate(mechanism: catalog.Mechanism, settings: PlanSettings,
   b − 1 rounds (b = the predicted min-sep, at most ⌊N/m⌋ so that m a round is reachable), then
   is sampled with the p whose stationary expected cohort is m; σ by the Monte Carlo
   calibration (defensive importance sampling, `dp_fl/accounting/b_min_sep.py`) — an estimate
-  with its standard error, not a release (a run verifies its own)."""
+  with its standard error, not a release (a run verifies its own). With `--availability`
+  other than always, the device-availability variant over the planned population's time
+  zones (each class of windows accounted), b lowered until m a round is reachable."""
+  classes = schemes.b_min_sep_availability(settings.availability, settings.population,
+                                           settings.seed, settings.rounds, settings.round_hours)
+  rate = settings.report_goal / settings.population
+
+  def probability(b: int) -> Optional[float]:
+    try:
+      return schemes.b_min_sep_probability(rate, settings.rounds, b, True, classes)
+    except ValueError:
+      return None
+
   b = max(1, min(prediction.planned_min_sep, settings.population // settings.report_goal))
-  sampling = b_min_sep_lib.BMinSepSampling(
-      settings.rounds, b, b_min_sep_lib.BMinSepSampling.probability_for_rate(
-          settings.report_goal / settings.population, b))
+  if probability(b) is None:
+    reachable = [c for c in range(1, b) if c == 1 or c % max(1, b // 64) == 0]
+    found = [c for c in reachable if probability(c) is not None]
+    if not found:
+      return {"min_sep": None, "why_not": (
+          f"an expected {settings.report_goal} of {settings.population} a round is not "
+          f"reachable under --availability={settings.availability} even with b = 1")}
+    b = max(found)
+  sampling = b_min_sep_lib.BMinSepSampling(settings.rounds, b, probability(b),
+                                           availability=classes)
   pair = amplification.b_min_sep_pair(mechanism, sampling)
   started = time.perf_counter()
   cal = b_min_sep_lib.calibrate_noise_multiplier(
@@ -552,6 +572,7 @@ def b_min_sep_estimate(mechanism: catalog.Mechanism, settings: PlanSettings,
       "rms_noise": cal.noise_multiplier * rms_error,
       "noise_reduction_percent": 100.0 * (1.0 - cal.noise_multiplier / sigma),
       "exact_likelihood_ratio": pair.exact, "num_samples": cal.num_samples,
+      "availability_classes": sampling.num_classes,
       "seconds": time.perf_counter() - started,
   }
 
@@ -642,8 +663,13 @@ def format_table(plan: Plan, params_paths: Optional[dict[str, str]] = None) -> s
               "the σ the same ε needs — a Monte Carlo estimate, verified by a run's release:"]
     for m in plan.mechanisms:
       a = m.b_min_sep
+      if a.get("min_sep") is None:
+        lines.append(f"  {m.name:<10} not reachable: {a['why_not']}")
+        continue
+      where = (f", {a['availability_classes']} availability classes"
+               if a.get("availability_classes", 1) > 1 else "")
       lines.append(
-          f"  {m.name:<10} b = {a['min_sep']}, p = {a['sampling_probability']:.4g}: σ "
+          f"  {m.name:<10} b = {a['min_sep']}{where}, p = {a['sampling_probability']:.4g}: σ "
           f"{a['noise_multiplier']:.4g} ± {a['noise_multiplier_standard_error']:.2g} for ε "
           f"{a['epsilon']:.4g} ({a['noise_reduction_percent']:+.1f} % less noise than "
           f"{m.noise_multiplier:.4g}; RMS noise {a['rms_noise']:.4g}; "

@@ -21,7 +21,12 @@ analysis (`of(scheme)`; the analyses, functions of the mechanism shared with
 The expensive result (the Monte Carlo release) is cached in the run directory
 (`amplification.json`, written once the run's configuration was validated) so a resumed run
 reuses it bit for bit; calibration before a run writes nothing and keeps its release in
-memory for the run that follows.
+memory for the run that follows. Across runs (separate processes: each seed of a study
+launched on its own), a verified release is reused from the directory named by the
+environment variable `DP_FL_AMPLIFICATION_CACHE` when it is set: keyed by everything the
+release depends on (the scheme's schedule, n, δ, the mechanism's C, and the σ or ε it was
+released for), never by the data or the run's seeds — a release is a fact about the
+mechanism, and its verification's failure probability is inside δ however often it is used.
 
 Every run's report carries both the amplified ε and the unamplified ε of the realized
 participation (`privacy.MatrixMechanismAccountant`), and reports the smaller of those that
@@ -32,6 +37,7 @@ or when a discarded round shifted the bins or groups away from the analysed sche
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 import os
 from typing import TYPE_CHECKING, Any, Optional
@@ -54,6 +60,58 @@ AMPLIFICATION_FILE = "amplification.json"
 _RELEASED: dict[tuple, amplification.MonteCarloRelease] = {}
 # The (target ε, σ) of this process's last calibration, by the run's settings.
 _CALIBRATED: dict[tuple, tuple[float, float]] = {}
+
+CACHE_ENV = "DP_FL_AMPLIFICATION_CACHE"
+"""The environment variable naming a directory of verified releases shared across runs."""
+
+
+def _cache_path(key: tuple) -> Optional[str]:
+  root = os.environ.get(CACHE_ENV)
+  if not root:
+    return None
+  digest = hashlib.sha256(json.dumps(list(_jsonable(key))).encode()).hexdigest()[:32]
+  return os.path.join(root, f"release-{digest}.json")
+
+
+def cached_release(key: tuple) -> Optional[amplification.MonteCarloRelease]:
+  """The verified release `$DP_FL_AMPLIFICATION_CACHE` holds for `key`, if any."""
+  path = _cache_path(key)
+  if path is None or not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      saved = json.load(f)
+    release = amplification.MonteCarloRelease.from_dict(saved["release"])
+    same = tuple(saved["key"]) == _jsonable(key)
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(
+        f"{path} (in ${CACHE_ENV}) is not a readable amplification release ({e}). Delete it "
+        f"(it is recomputed), or unset {CACHE_ENV}.") from e
+  return release if same and release.verified else None
+
+
+def cache_release(key: tuple, release: amplification.MonteCarloRelease) -> None:
+  """Keeps a verified release in `$DP_FL_AMPLIFICATION_CACHE` (when set) for later runs."""
+  path = _cache_path(key)
+  if path is None or not release.verified or os.path.exists(path):
+    return
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    files.atomic_write_json(path, {"key": list(key), "release": release.to_dict()}, indent=1)
+  except OSError as e:
+    raise ValueError(f"${CACHE_ENV} = {os.environ.get(CACHE_ENV)!r} cannot hold the "
+                     f"amplification release ({e}); point it at a writable directory or "
+                     "unset it.") from e
+
+
+def _released(key: tuple, compute) -> amplification.MonteCarloRelease:
+  """This process's release for `key`, else the cross-run cache's, else `compute()` (kept
+  in both)."""
+  release = _RELEASED.get(key) or cached_release(key)
+  if release is None:
+    release = compute()
+    cache_release(key, release)
+  return release
 # Cyclic Poisson's σ by (target ε, the analysis' settings) (a pure function of them).
 _CYCLIC_CALIBRATED: dict[tuple, float] = {}
 
@@ -225,12 +283,11 @@ class MonteCarlo(Amplification):
       _CALIBRATED[settings] = (float(target_epsilon), saved[1].noise_multiplier)
       return saved[1].noise_multiplier
     key = self._key(config, mechanism, num_clients, "noise_multiplier", target_epsilon)
-    release = _RELEASED.get(key)
-    if release is None:
-      release = amplification.release_noise_multiplier(
-          self.pair(config, mechanism, num_clients), epsilon=target_epsilon,
-          delta=config.delta, seed=self._seed(config),
-          verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+    release = _released(key, lambda: amplification.release_noise_multiplier(
+        self.pair(config, mechanism, num_clients), epsilon=target_epsilon,
+        delta=config.delta, seed=self._seed(config),
+        verify_ratio=amplification.TRAINING_VERIFY_RATIO))
+    if key not in _RELEASED:
       _RELEASED.clear()
       _RELEASED[key] = release
     sigma = (release.noise_multiplier if release.verified else
@@ -267,17 +324,17 @@ class MonteCarlo(Amplification):
         return key, release, calibrated_for
     if calibrated_for is not None:
       key = self._key(config, mechanism, num_clients, "verified", calibrated_for)
-      release = amplification.release_verified(
+      release = _released(key, lambda: amplification.release_verified(
           self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
           epsilon=calibrated_for, delta=config.delta, seed=self._seed(config),
-          verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+          verify_ratio=amplification.TRAINING_VERIFY_RATIO))
       if release.verified:
         return key, release, calibrated_for
     key = self._key(config, mechanism, num_clients, "epsilon", config.noise_multiplier)
-    release = amplification.release_epsilon(
+    release = _released(key, lambda: amplification.release_epsilon(
         self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
         delta=config.delta, seed=self._seed(config),
-        verify_ratio=amplification.TRAINING_VERIFY_RATIO)
+        verify_ratio=amplification.TRAINING_VERIFY_RATIO))
     return key, release, calibrated_for
 
   def accountant(self, config, mechanism, num_clients):
@@ -343,7 +400,7 @@ class BMinSep(MonteCarlo):
       there = (
           f"only clients available at the round's simulated time could be sampled "
           f"(--availability={settings.availability}, a round every {settings.round_hours:g} "
-          f"h). This adds an assumption: a client's availability is independent of its data; "
+          f"h while any device could be there). This adds an assumption: a client's availability is independent of its data; "
           f"its time zone (hence which rounds fall in its daily window) is treated as public, "
           f"and whether it checks in during a window as a secret coin of probability "
           f"{availability['window_probability']:.6g}, independent across clients and days. "
@@ -363,8 +420,10 @@ class BMinSep(MonteCarlo):
     s = release.schedule
     rate = ("stationary_participation_rate" if s.get("availability") is None
             else "mean_participation_rate")
+    extra = ({} if s.get("availability") is None
+             else {"peak_participation_rate": s.get("peak_participation_rate")})
     return {"min_sep": s["min_sep"], "sampling_probability": s["sampling_probability"],
-            "warm_start": s["warm_start"], rate: s["participation_rate"],
+            "warm_start": s["warm_start"], rate: s["participation_rate"], **extra,
             "availability": s.get("availability"),
             "exact_likelihood_ratio": s.get("exact_likelihood_ratio")}
 

@@ -101,17 +101,25 @@ def test_round_windows_are_each_devices_windows(hours, start, length):
   n = 90
   windows, klass = model.round_windows(n, hours)
   assert np.unique(windows, axis=0).shape[0] == windows.shape[0]  # Distinct classes.
+  times = model.round_times(n, hours)
+  grid = times / hours
+  assert np.allclose(grid, np.round(grid)) and np.all(np.diff(times) > 0)
+  skipped = sorted(set(range(int(round(grid[-1])))) - set(np.round(grid).astype(int)))
+  for k in skipped:  # Only times at which no device's window is open are skipped (up to
+    u = k * hours + (offsets - start) % 24.0  # float rounding at a window's edge).
+    local = u - 24.0 * np.floor(u / 24.0)
+    assert not np.any((local > 1e-9) & (local < length - 1e-9)), k
   for d in range(offsets.size):
     phase = (offsets[d] - start) % 24.0
     want = []
     for t in range(n):
-      u = t * hours + phase
+      u = times[t] + phase
       day = math.floor(u / 24.0)
       want.append(day if u - 24.0 * day < length else -1)
     assert windows[klass[d]].tolist() == want, d
   seed = 11
   for t in range(0, n, 7):
-    here = model.available(np.arange(offsets.size), t * hours, seed)
+    here = model.available(np.arange(offsets.size), times[t], seed)
     window = windows[klass, t]
     assert not np.any(here[window < 0])
     for day in np.unique(window[window >= 0]):

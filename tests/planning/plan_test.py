@@ -130,6 +130,19 @@ def test_b_min_sep_estimates_what_amplification_would_buy(capsys):
   assert plan_lib.make_plan(plan_lib.PlanSettings(**settings)).mechanisms[0].b_min_sep is None
 
 
+def test_b_min_sep_estimate_under_diurnal_availability_lowers_b_until_reachable():
+  settings = dict(population=400, report_goal=80, rounds=24, timer_hours=40.0, round_hours=2.0,
+                  trials=1, delta=1e-4, mechanisms=("dpsgd",), target_epsilon=4.0,
+                  availability="diurnal", b_min_sep=True, b_min_sep_samples=2 ** 15)
+  plan = plan_lib.make_plan(plan_lib.PlanSettings(**settings))
+  a = plan.mechanisms[0].b_min_sep
+  assert a["availability_classes"] >= 2
+  # Diurnal windows (8 h of 24, half the devices a day) cap the reachable rate: b is lowered.
+  assert a["min_sep"] < min(plan.prediction.planned_min_sep, 400 // 80)
+  assert 0 < a["noise_multiplier"] < plan.mechanisms[0].noise_multiplier
+  assert "availability classes" in plan_lib.format_table(plan)
+
+
 def test_robustness_and_epsilon_curve():
   plan = plan_lib.make_plan(plan_lib.PlanSettings(**PT_BR_LIKE, noise_multiplier=8.0, trials=2,
                                                   mechanisms=("blt",)))

@@ -327,10 +327,11 @@ def test_b_min_sep_with_device_availability_accounts_every_class():
   r = json.loads(out.stdout)
   assert r["released"] and r["availability"]["num_classes"] >= 2
   assert sum(r["availability"]["class_sizes"]) == 100
-  assert r["mean_participation_rate"] == pytest.approx(0.05, rel=1e-6)
+  assert r["availability"]["peak_participation_rate"] == pytest.approx(0.05, rel=1e-6)
+  assert r["mean_participation_rate"] <= 0.05
   assert any("independent of its data" in n for n in r["notes"])
-  # Only 1/6 of a day is a window and half the devices check in: 20 of 100 is out of reach.
-  out = _cli(*flags, "--rounds=16", "--clients_per_round=20", "--availability=diurnal",
+  # At most half the devices check in on a day: 60 of 100 in a round is out of reach.
+  out = _cli(*flags, "--rounds=16", "--clients_per_round=60", "--availability=diurnal",
              "--round_hours=3", "--target_epsilon=2")
   assert out.returncode == 2 and "--availability=always" in out.stderr, out.stderr
   out = _cli(*[f for f in flags if not f.startswith("--population")], "--rounds=16",

@@ -82,8 +82,9 @@ def test_device_availability_run_is_audited_per_class(tmp_path):
   availability = details["availability"]
   assert availability["num_classes"] >= 2 and sum(availability["class_sizes"]) == NUM_CLIENTS
   assert availability["window_probability"] == 0.5
-  # The default p makes the mean expected cohort over the 8 rounds m = 1 of 12.
-  assert details["mean_participation_rate"] == pytest.approx(1 / NUM_CLIENTS)
+  # The default p makes the busiest round's expected cohort m = 1 of 12.
+  assert details["peak_participation_rate"] == pytest.approx(1 / NUM_CLIENTS)
+  assert details["mean_participation_rate"] < details["peak_participation_rate"]
   text = (tmp_path / "whole" / "privacy_report.md").read_text()
   assert "only clients available" in text and "independent of its data" in text
   assert whole.epsilon == report["epsilon"]
@@ -100,6 +101,35 @@ def test_unreachable_cohort_under_availability_is_refused():
                            config.participation_settings, round_hours=0.37))
   with pytest.raises(ValueError, match="round_hours"):
     schemes.scheme("b_min_sep").amplification.sampling(odd, 5000)
+
+
+def test_a_verified_release_is_reused_across_runs_from_the_cache(tmp_path, monkeypatch):
+  """$DP_FL_AMPLIFICATION_CACHE: a second process (its memory cleared) with the same C,
+  schedule and target reuses the verified release instead of recomputing it; other settings
+  do not."""
+  from dp_fl.accounting import amplification  # pylint: disable=import-outside-toplevel
+  task = toy_task.make_task(num_clients=NUM_CLIENTS)
+  monkeypatch.setenv(amplified.CACHE_ENV, str(tmp_path / "cache"))
+
+  def config(name, epsilon=3.0):
+    amplified._RELEASED.clear()  # pylint: disable=protected-access
+    amplified._CALIBRATED.clear()  # pylint: disable=protected-access
+    return toy_program.calibrated_config(
+        task, tmp_path / name, "dpsgd", epsilon=epsilon, rounds=6, participation="b_min_sep",
+        min_sep=2, clients_per_round=2, delta=DELTA)
+
+  first = config("first")
+  assert len(list((tmp_path / "cache").iterdir())) == 1
+  def refuse(*args, **kwargs):
+    raise AssertionError("recomputed a release the cache holds")
+  with monkeypatch.context() as m:
+    m.setattr(amplification, "release_noise_multiplier", refuse)
+    assert config("second").noise_multiplier == first.noise_multiplier
+    with pytest.raises(AssertionError, match="recomputed"):
+      config("other", epsilon=2.0)
+  (next((tmp_path / "cache").iterdir())).write_text("{not json")
+  with pytest.raises(ValueError, match="DP_FL_AMPLIFICATION_CACHE"):
+    config("broken")
 
 
 def test_a_discarded_round_withdraws_the_amplified_claim(tmp_path):

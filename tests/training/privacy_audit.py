@@ -217,12 +217,13 @@ def chain_patterns(n: int, b: int, p: float, warm_start: bool, windows=None,
   return list(law.items())
 
 
-def availability_windows(model, rounds: int, round_hours: float) -> np.ndarray:
-  """Each device's window per round (-1: not in one) from its time zone, by the rule's
-  definition (DiurnalAvailability: local time in [start, start + length), a coin per day)."""
+def availability_windows(model, times: np.ndarray) -> np.ndarray:
+  """Each device's window at each round time (-1: not in one) from its time zone, by the
+  rule's definition (DiurnalAvailability: local time in [start, start + length), a coin per
+  day)."""
   config, arrays = model.to_config()
   phase = np.mod(arrays["timezone_offsets_hours"] - config["window_start_hour"], 24.0)
-  u = np.arange(rounds)[None, :] * round_hours + phase[:, None]
+  u = np.asarray(times)[None, :] + phase[:, None]
   day = np.floor(u / 24.0)
   return np.where(u - 24.0 * day < config["window_hours"], day, -1).astype(int)
 
@@ -236,12 +237,14 @@ def _b_min_sep_delta(config, scheduler, patterns, c_planned, reported, num_sampl
     assert all(y - x >= b for x, y in zip(rows_, rows_[1:])), rows_
   classes = [(None, 1.0)]
   if scheduler.availability is not None:
-    windows = availability_windows(scheduler.availability, config.rounds,
-                                   scheduler.round_hours)
+    times = np.array([scheduler.round_time(t) for t in range(config.rounds)])
+    steps = times / scheduler.round_hours  # A public clock on the grid, moving forward.
+    assert np.all(np.diff(times) > 0) and np.allclose(steps, np.round(steps)), times
+    windows = availability_windows(scheduler.availability, times)
     for client, rows_ in patterns.items():  # Every participant was there.
       for t in rows_:
         assert windows[client, t] >= 0 and scheduler.availability.available(
-            [client], t * scheduler.round_hours, scheduler.seed)[0], (client, t)
+            [client], times[t], scheduler.seed)[0], (client, t)
     q = scheduler.availability.window_probability
     classes = [(row, q) for row in np.unique(windows, axis=0)]
   out = []
