@@ -34,6 +34,15 @@ on its own fixed sample (`monte_carlo`'s engine: σ calibrated by root finding w
 Alg. 2 of paper 003), and released by Estimate-Verify-Release (paper 003 Alg. 1 / Thm 2.1):
 the release happens only if both directions verify.
 
+Device availability (`Availability`): only a client that is checked in can be drawn. Clients
+fall into classes by their public windows of rounds (e.g. a time zone's nights), and a client
+checks in for a whole window with a secret coin of probability q. For one class the chain runs
+with p_t = 0 outside its windows, and each window is the mixture of "checked in" (q: p) and
+"not" (1 − q: p_t = 0) — the dynamic program splits its state at the window's first round and
+sums the two at its end. Every class is a pair of its own (δ the largest over classes and
+directions): for b > 1 lower availability does not simply dominate — a client kept away for b − 1
+rounds is surely eligible when it returns.
+
 Notation: n rounds, b = min_sep, p = sampling_probability, u = 1/σ. A sample of the remove
 direction is (α, w) with α_t = (G 1_S)_t − G_tt/2 and w = Cᵀ Z, Z ~ N(0, I_n), so that
 log a_t = α_t u² + w_t u; one of the add direction is w alone (α_t = −R_t/2 for all).

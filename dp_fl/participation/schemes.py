@@ -240,7 +240,7 @@ class BMinSepAmplification:
 
 
 _AVAILABILITY_CLASSES: dict[tuple, Optional[b_min_sep.Availability]] = {}
-_MEAN_RATE_PROBABILITY: dict[tuple, float] = {}
+_PEAK_RATE_PROBABILITY: dict[tuple, float] = {}
 
 
 def b_min_sep_availability(kind: str, num_clients: int, public_seed: int, rounds: int,
@@ -276,10 +276,10 @@ def b_min_sep_probability(rate: float, rounds: int, min_sep: int, warm_start: bo
   if availability is None:
     return b_min_sep.BMinSepSampling.probability_for_rate(rate, min_sep)
   key = (rate, rounds, min_sep, warm_start, availability.digest())
-  if key not in _MEAN_RATE_PROBABILITY:
-    _MEAN_RATE_PROBABILITY[key] = b_min_sep.probability_for_peak_rate(
+  if key not in _PEAK_RATE_PROBABILITY:
+    _PEAK_RATE_PROBABILITY[key] = b_min_sep.probability_for_peak_rate(
         rate, rounds, min_sep, warm_start=warm_start, availability=availability)
-  return _MEAN_RATE_PROBABILITY[key]
+  return _PEAK_RATE_PROBABILITY[key]
 
 
 class CyclicPoissonAmplification:
