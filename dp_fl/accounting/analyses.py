@@ -341,8 +341,10 @@ def b_min_sep(mechanism: catalog.Mechanism, sampling: b_min_sep_lib.BMinSepSampl
         f"Device availability: only devices available at a round could be drawn. The "
         f"{availability.num_classes} classes of public windows were each accounted and "
         f"verified, and δ is the largest; this assumes a device's availability is independent "
-        f"of its data and its check-in during a window (probability "
-        f"{availability.window_probability:g}) is secret.")
+        f"of its data, its check-in during a window is a secret coin of exactly probability "
+        f"{availability.window_probability:g}, and the population (--population and the "
+        f"time zones of --availability_seed) is public and the same with or without any one "
+        f"client's data.")
   return {
       "mechanism": mechanism.name, "rounds": sampling.rounds, "min_sep": sampling.min_sep,
       "sampling_probability": sampling.sampling_probability,

@@ -81,8 +81,8 @@ class BMinSepScheduler(base.Scheduler):
   first round; otherwise (their Alg. 1) every client is eligible at row 0. Clients of a
   discarded round wait like the others (the rule counts rows; the next draw is for the same
   row). Cohorts vary; an empty one is still run (its noise is released), as under Poisson.
-  The denominator is the expected cohort (stationary; with availability, its mean over the
-  planned rounds, given by the caller).
+  The denominator is the expected cohort (stationary; with availability, the busiest round's,
+  given by the caller).
 
   Device availability (the issue's variant): with an `availability.AvailabilityModel`, row t
   is held at the model's t-th round time (`round_times`: the `round_hours` grid, skipping

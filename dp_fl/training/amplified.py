@@ -22,11 +22,14 @@ The expensive result (the Monte Carlo release) is cached in the run directory
 (`amplification.json`, written once the run's configuration was validated) so a resumed run
 reuses it bit for bit; calibration before a run writes nothing and keeps its release in
 memory for the run that follows. Across runs (separate processes: each seed of a study
-launched on its own), a verified release is reused from the directory named by the
+launched on its own), a private run's release is reused from the directory named by the
 environment variable `DP_FL_AMPLIFICATION_CACHE` when it is set: keyed by everything the
-release depends on (the scheme's schedule, n, δ, the mechanism's C, and the σ or ε it was
-released for), never by the data or the run's seeds — a release is a fact about the
-mechanism, and its verification's failure probability is inside δ however often it is used.
+release depends on (the scheme's schedule, n, δ, the mechanism's C, the σ or ε it was
+released for, the cache's format), never by the data. The first outcome is kept whether it
+verified or not (⊥): were failures dropped, every later run would retry a fresh
+verification and the first false pass would stick — Thm 2.1 bounds one attempt, not many.
+Research runs (`--reproducible_noise_seed`: public accounting seeds, which could be chosen
+until one verifies) neither read nor write it.
 
 Every run's report carries both the amplified ε and the unamplified ε of the realized
 participation (`privacy.MatrixMechanismAccountant`), and reports the smaller of those that
@@ -65,16 +68,21 @@ CACHE_ENV = "DP_FL_AMPLIFICATION_CACHE"
 """The environment variable naming a directory of verified releases shared across runs."""
 
 
+# Part of every cache key: bump it when what a release means or how it is made changes.
+_CACHE_FORMAT = "b_min_sep-availability-1"
+
+
 def _cache_path(key: tuple) -> Optional[str]:
   root = os.environ.get(CACHE_ENV)
   if not root:
     return None
-  digest = hashlib.sha256(json.dumps(list(_jsonable(key))).encode()).hexdigest()[:32]
+  text = json.dumps([_CACHE_FORMAT, amplification.TRAINING_VERIFY_RATIO] + list(_jsonable(key)))
+  digest = hashlib.sha256(text.encode()).hexdigest()[:32]
   return os.path.join(root, f"release-{digest}.json")
 
 
 def cached_release(key: tuple) -> Optional[amplification.MonteCarloRelease]:
-  """The verified release `$DP_FL_AMPLIFICATION_CACHE` holds for `key`, if any."""
+  """The release `$DP_FL_AMPLIFICATION_CACHE` holds for `key` (verified or ⊥), if any."""
   path = _cache_path(key)
   if path is None or not os.path.exists(path):
     return None
@@ -87,13 +95,13 @@ def cached_release(key: tuple) -> Optional[amplification.MonteCarloRelease]:
     raise ValueError(
         f"{path} (in ${CACHE_ENV}) is not a readable amplification release ({e}). Delete it "
         f"(it is recomputed), or unset {CACHE_ENV}.") from e
-  return release if same and release.verified else None
+  return release if same else None
 
 
 def cache_release(key: tuple, release: amplification.MonteCarloRelease) -> None:
-  """Keeps a verified release in `$DP_FL_AMPLIFICATION_CACHE` (when set) for later runs."""
+  """Keeps a release — verified or ⊥ — in `$DP_FL_AMPLIFICATION_CACHE` (when set)."""
   path = _cache_path(key)
-  if path is None or not release.verified or os.path.exists(path):
+  if path is None or os.path.exists(path):
     return
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -104,13 +112,14 @@ def cache_release(key: tuple, release: amplification.MonteCarloRelease) -> None:
                      "unset it.") from e
 
 
-def _released(key: tuple, compute) -> amplification.MonteCarloRelease:
-  """This process's release for `key`, else the cross-run cache's, else `compute()` (kept
-  in both)."""
-  release = _RELEASED.get(key) or cached_release(key)
+def _released(key: tuple, compute, private: bool) -> amplification.MonteCarloRelease:
+  """This process's release for `key`, else (a private run) the cross-run cache's, else
+  `compute()` (kept in the cache by a private run)."""
+  release = _RELEASED.get(key) or (cached_release(key) if private else None)
   if release is None:
     release = compute()
-    cache_release(key, release)
+    if private:
+      cache_release(key, release)
   return release
 # Cyclic Poisson's σ by (target ε, the analysis' settings) (a pure function of them).
 _CYCLIC_CALIBRATED: dict[tuple, float] = {}
@@ -286,7 +295,7 @@ class MonteCarlo(Amplification):
     release = _released(key, lambda: amplification.release_noise_multiplier(
         self.pair(config, mechanism, num_clients), epsilon=target_epsilon,
         delta=config.delta, seed=self._seed(config),
-        verify_ratio=amplification.TRAINING_VERIFY_RATIO))
+        verify_ratio=amplification.TRAINING_VERIFY_RATIO), self._seed(config) is None)
     if key not in _RELEASED:
       _RELEASED.clear()
       _RELEASED[key] = release
@@ -327,14 +336,14 @@ class MonteCarlo(Amplification):
       release = _released(key, lambda: amplification.release_verified(
           self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
           epsilon=calibrated_for, delta=config.delta, seed=self._seed(config),
-          verify_ratio=amplification.TRAINING_VERIFY_RATIO))
+          verify_ratio=amplification.TRAINING_VERIFY_RATIO), self._seed(config) is None)
       if release.verified:
         return key, release, calibrated_for
     key = self._key(config, mechanism, num_clients, "epsilon", config.noise_multiplier)
     release = _released(key, lambda: amplification.release_epsilon(
         self.pair(config, mechanism, num_clients), noise_multiplier=config.noise_multiplier,
         delta=config.delta, seed=self._seed(config),
-        verify_ratio=amplification.TRAINING_VERIFY_RATIO))
+        verify_ratio=amplification.TRAINING_VERIFY_RATIO), self._seed(config) is None)
     return key, release, calibrated_for
 
   def accountant(self, config, mechanism, num_clients):
@@ -390,8 +399,9 @@ class BMinSep(MonteCarlo):
 
   def _assumption(self, config, release):
     s = release.schedule
-    start = ("each client's first eligible round drawn once from the chain's stationary law"
-             if s["warm_start"] else "every client eligible at round 0")
+    start = ("each client's first eligible round drawn once from the stationary law of the "
+             "chain without availability" if s["warm_start"]
+             else "every client eligible at round 0")
     availability = s.get("availability")
     if availability is None:
       there = "every eligible client could be sampled (no availability filter)"
@@ -406,8 +416,15 @@ class BMinSep(MonteCarlo):
           f"{availability['window_probability']:.6g}, independent across clients and days. "
           f"The population falls into {availability['num_classes']} classes of distinct "
           f"windows; each was accounted and verified on its own and the ε is the largest. "
-          f"An adversary who learns a client's check-ins, or availability that depends on "
-          f"what the client types, voids the amplification")
+          f"The population itself — how many devices, and each one's time zone — is treated "
+          f"as public and the same with or without any one client's data (it sets the round "
+          f"times, the classes, p and the denominator): neighbouring datasets differ in one "
+          f"client's data, not in which devices exist. The check-ins covered are this "
+          f"emulation's (coins of exactly that probability); a production system's real "
+          f"check-ins are device behaviour, correlated across days, and not covered unless "
+          f"they are independent coins of that probability. An adversary who learns a "
+          f"client's check-ins, or availability that depends on what the client types, voids "
+          f"the amplification")
     return (
         f"after taking part in a round a client was ineligible for the next "
         f"{s['min_sep'] - 1} round(s) (b = {s['min_sep']}); in every round it was eligible "

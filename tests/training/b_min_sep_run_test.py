@@ -103,31 +103,49 @@ def test_unreachable_cohort_under_availability_is_refused():
     schemes.scheme("b_min_sep").amplification.sampling(odd, 5000)
 
 
-def test_a_verified_release_is_reused_across_runs_from_the_cache(tmp_path, monkeypatch):
+def test_a_release_is_reused_across_private_runs_from_the_cache(tmp_path, monkeypatch):
   """$DP_FL_AMPLIFICATION_CACHE: a second process (its memory cleared) with the same C,
-  schedule and target reuses the verified release instead of recomputing it; other settings
-  do not."""
+  schedule and target reuses the first release — verified or ⊥, so a failed verification is
+  never retried into a pass — instead of recomputing it; other settings do not, and research
+  runs (public accounting seeds) neither read nor write it."""
+  import dataclasses as dc  # pylint: disable=import-outside-toplevel
   from dp_fl.accounting import amplification  # pylint: disable=import-outside-toplevel
   task = toy_task.make_task(num_clients=NUM_CLIENTS)
-  monkeypatch.setenv(amplified.CACHE_ENV, str(tmp_path / "cache"))
+  cache = tmp_path / "cache"
+  monkeypatch.setenv(amplified.CACHE_ENV, str(cache))
 
-  def config(name, epsilon=3.0):
+  def config(name, epsilon=3.0, **kwargs):
     amplified._RELEASED.clear()  # pylint: disable=protected-access
     amplified._CALIBRATED.clear()  # pylint: disable=protected-access
     return toy_program.calibrated_config(
         task, tmp_path / name, "dpsgd", epsilon=epsilon, rounds=6, participation="b_min_sep",
-        min_sep=2, clients_per_round=2, delta=DELTA)
+        min_sep=2, clients_per_round=2, delta=DELTA, **kwargs)
 
   first = config("first")
-  assert len(list((tmp_path / "cache").iterdir())) == 1
+  assert len(list(cache.iterdir())) == 1
+  real = amplification.release_noise_multiplier
+
   def refuse(*args, **kwargs):
     raise AssertionError("recomputed a release the cache holds")
+
   with monkeypatch.context() as m:
     m.setattr(amplification, "release_noise_multiplier", refuse)
     assert config("second").noise_multiplier == first.noise_multiplier
     with pytest.raises(AssertionError, match="recomputed"):
       config("other", epsilon=2.0)
-  (next((tmp_path / "cache").iterdir())).write_text("{not json")
+    with pytest.raises(AssertionError, match="recomputed"):  # A research run: not read.
+      config("research", reproducible_noise_seed=5)
+  with monkeypatch.context() as m:  # A verification that fails (⊥) is kept too.
+    m.setattr(amplification, "release_noise_multiplier",
+              lambda *a, **k: dc.replace(real(*a, **k), verified=False))
+    failed = config("failed", epsilon=2.5)
+  assert len(list(cache.iterdir())) == 2
+  with monkeypatch.context() as m:
+    m.setattr(amplification, "release_noise_multiplier", refuse)
+    again = config("again", epsilon=2.5)  # No retry: the same fallback σ, unamplified.
+    assert again.noise_multiplier == failed.noise_multiplier > first.noise_multiplier
+  for f in cache.iterdir():
+    f.write_text("{not json")
   with pytest.raises(ValueError, match="DP_FL_AMPLIFICATION_CACHE"):
     config("broken")
 
