@@ -41,6 +41,16 @@ def sum_tau(sampled_stddev: float, num_clients: int) -> float:
   return 10.0 * float(np.sum(np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * shares / (shares + 1))))
 
 
+def _rdp_curve(mu2: float, mu1: float, tau: float, dimension: int) -> np.ndarray:
+  """Prop. 14's ε(α) over `RDP_ORDERS` for scaled sensitivities μ₂, μ₁ and inflation τ (each
+  of the three terms non-decreasing in μ₂, μ₁ and τ)."""
+  alpha = np.asarray(RDP_ORDERS)
+  return np.minimum.reduce([
+      alpha / 2 * mu2 ** 2 + tau * dimension,
+      alpha / 2 * (mu2 ** 2 + 2 * mu1 * tau + tau ** 2 * dimension),
+      alpha / 2 * (mu2 + math.sqrt(dimension) * tau) ** 2])
+
+
 def sum_epsilon(l2_sensitivity: float, l1_sensitivity: float, sampled_stddev: float,
                 num_clients: int, dimension: int, delta: float
                 ) -> tuple[float, float, float]:
@@ -57,14 +67,31 @@ def sum_epsilon(l2_sensitivity: float, l1_sensitivity: float, sampled_stddev: fl
     ε at δ (the RDP conversion's, minimized over `RDP_ORDERS`), the order achieving it, τ.
   """
   n = _checks.check_positive_int("num_clients", num_clients)
+  return composed_epsilon(l2_sensitivity, l1_sensitivity, sampled_stddev, n, n, dimension, 1,
+                          delta)
+
+
+def composed_epsilon(l2_sensitivity: float, l1_sensitivity: float, sampled_stddev: float,
+                     fewest_clients: int, most_clients: int, dimension: int, releases: int,
+                     delta: float) -> tuple[float, float, float]:
+  """(ε, order, τ) at δ of `releases` sums, each of between `fewest_clients` and
+  `most_clients` shares N_Z(0, σ²)^d (realized cohorts vary).
+
+  Fewer shares mean less noise (μ_q = Δ_q/(√n σ) grows) but more shares mean a sum further
+  from one discrete Gaussian (τ grows with n), so neither end of the range is the worst case
+  in general: every term of Prop. 14 is non-decreasing in μ and τ, so μ at the fewest and τ
+  at the most shares bound every n in between; the curves of the releases add (RDP
+  composition). With fewest = most = n and one release it is `sum_epsilon`.
+  """
+  low = _checks.check_positive_int("fewest_clients", fewest_clients)
+  high = _checks.check_positive_int("most_clients", most_clients)
+  if high < low:
+    raise ValueError(f"`most_clients` = {high} is below `fewest_clients` = {low}.")
+  k = _checks.check_positive_int("releases", releases)
   sigma = _checks.check_positive("sampled_stddev", sampled_stddev)
-  tau = sum_tau(sigma, n)
-  mu2 = l2_sensitivity / (math.sqrt(n) * sigma)
-  mu1 = l1_sensitivity / (math.sqrt(n) * sigma)
-  alpha = np.asarray(RDP_ORDERS)
-  rdp = np.minimum.reduce([
-      alpha / 2 * mu2 ** 2 + tau * dimension,
-      alpha / 2 * (mu2 ** 2 + 2 * mu1 * tau + tau ** 2 * dimension),
-      alpha / 2 * (mu2 + math.sqrt(dimension) * tau) ** 2])
-  epsilon, order = rdp_privacy_accountant.compute_epsilon(alpha, rdp, delta)
+  tau = sum_tau(sigma, high)
+  mu2 = l2_sensitivity / (math.sqrt(low) * sigma)
+  mu1 = l1_sensitivity / (math.sqrt(low) * sigma)
+  rdp = k * _rdp_curve(mu2, mu1, tau, dimension)
+  epsilon, order = rdp_privacy_accountant.compute_epsilon(np.asarray(RDP_ORDERS), rdp, delta)
   return float(epsilon), float(order), tau

@@ -53,6 +53,29 @@ def test_epsilon_decreases_with_the_noise():
   assert np.all(np.diff(values) < 0)
 
 
+def test_a_range_of_cohorts_bounds_every_cohort_in_it_composed():
+  """Realized cohorts vary: μ at the fewest and τ at the most shares bound every n between,
+  at a σ small enough that τ matters (then the smallest cohort is not the worst case)."""
+  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
+  l2, l1, sigma, d, delta, k = 8.0, 40.0, 0.45, 32, 1e-5, 5
+  low, high = 3, 40
+  bound, _, tau = discrete_gaussian.composed_epsilon(l2, l1, sigma, low, high, d, k, delta)
+  assert tau == discrete_gaussian.sum_tau(sigma, high) > 0
+  orders = np.asarray(discrete_gaussian.RDP_ORDERS)
+  each = []
+  for n in range(low, high + 1):
+    curve = k * discrete_gaussian._rdp_curve(  # pylint: disable=protected-access
+        l2 / (math.sqrt(n) * sigma), l1 / (math.sqrt(n) * sigma),
+        discrete_gaussian.sum_tau(sigma, n), d)
+    each.append(rdp_privacy_accountant.compute_epsilon(orders, curve, delta)[0])
+  assert bound >= max(each) - 1e-12
+  assert each[-1] > 2 * each[0]  # Here the LARGEST cohort is the worst: the smallest is not.
+  one, _, _ = discrete_gaussian.composed_epsilon(l2, l1, sigma, 10, 10, d, 1, delta)
+  assert one == discrete_gaussian.sum_epsilon(l2, l1, sigma, 10, d, delta)[0]
+  with pytest.raises(ValueError, match="most_clients"):
+    discrete_gaussian.composed_epsilon(l2, l1, sigma, 10, 9, d, 1, delta)
+
+
 @pytest.mark.parametrize("kwargs, named", [
     (dict(num_clients=0), "num_clients"),
     (dict(sampled_stddev=0.0), "sampled_stddev"),
