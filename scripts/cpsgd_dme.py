@@ -12,7 +12,7 @@ total δ for all methods, one round and each number of quantization levels k:
   by the Binomial mechanism's Rényi DP (`dp_fl.accounting.cpsgd.trials_for_epsilon`), run
   together per variant (`dme.shared_mean_estimates`);
 * `dgauss` — TFF 0.87's distributed discrete Gaussian at B bits
-  (`dp_fl.aggregators.distributed_dgauss`: z calibrated by Prop. 14 of arXiv:2102.06387,
+  (`dp_fl.aggregators.distributed_dp`: z calibrated by Prop. 14 of arXiv:2102.06387,
   `dp_fl.accounting.discrete_gaussian`), run in TFF's test C++ context on the first input of
   --inputs ('hd' rotation: its error is input-independent up to wrap-around), --dgauss_trials
   times with TFF's own seeds.
@@ -48,7 +48,7 @@ from dp_fl import exits
 from dp_fl import results
 from dp_fl.accounting import cpsgd as cpsgd_accounting
 from dp_fl.accounting import zcdp
-from dp_fl.aggregators import distributed_dgauss
+from dp_fl.aggregators import distributed_dp
 from dp_fl.execution import runtime
 from dp_fl.mechanisms import cpsgd
 from dp_fl.mechanisms import dme
@@ -228,8 +228,8 @@ def run_dgauss(study: Study, input_name: str, vectors: Optional[np.ndarray],
                    note="TFF DistributedDpSumFactory('distributed_dgauss', 'hd')")
         rows.append(row)
         try:
-          setting = distributed_dgauss.calibrated_setting(epsilon, study.delta, n, d, bits,
-                                                          CLIP_NORM)
+          setting = distributed_dp.calibrated_setting("ddgauss", epsilon, study.delta, n, d,
+                                                      bits, CLIP_NORM)
         except ValueError as e:
           row["note"] = f"not reachable: {e}"
           continue
@@ -242,7 +242,7 @@ def run_dgauss(study: Study, input_name: str, vectors: Optional[np.ndarray],
           progress(f"{input_name}: TFF distributed discrete Gaussian, ε = {epsilon:g}, "
                    f"B = {bits}, z = {setting.noise_multiplier:.4g} ({rep + 1}/"
                    f"{study.dgauss_repetitions})")
-          error = distributed_dgauss.noisy_sum(setting, vectors, CLIP_NORM) / n - mean
+          error = distributed_dp.noisy_sum(setting, vectors, CLIP_NORM) / n - mean
           row["mse_runs"].append(float(error @ error))
   return rows
 
@@ -383,7 +383,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
   parser.add_argument("--dgauss_bits", type=_list_of(int, "bit widths"),
                       default=(12, 14, 16, 20),
                       help="bit widths B of TFF's distributed discrete Gaussian, comma-"
-                           f"separated (<= {distributed_dgauss.MAX_BITS}); 'none' skips it")
+                           f"separated (<= {distributed_dp.MAX_BITS}); 'none' skips it")
   parser.add_argument("--dgauss_trials", type=int, default=1,
                       help="TFF runs per (ε, B) of the distributed discrete Gaussian")
   parser.add_argument("--bounds_only", action="store_true",
@@ -415,7 +415,7 @@ def study_from_flags(args: argparse.Namespace) -> Study:
   if unknown:
     raise ValueError(f"--inputs: unknown input(s) {unknown}; choose from "
                      f"{sorted(dme.INPUTS)}.")
-  bits = tuple(_checks.check_in_range("--dgauss_bits", b, 1, distributed_dgauss.MAX_BITS,
+  bits = tuple(_checks.check_in_range("--dgauss_bits", b, 1, distributed_dp.MAX_BITS,
                                       integer=True, why="TFF's DistributedDpSumFactory limit")
                for b in args.dgauss_bits)
   if bits and min(bits) < math.log2(n):

@@ -14,7 +14,7 @@ nσ². It is converted to (ε, δ) by dp_accounting's RDP conversion over `RDP_O
 2..256 and a few larger, as in the paper's code). For replace-one neighbours Δ_q is twice a
 client's norm bound.
 
-Used by `dp_fl.aggregators.distributed_dgauss` to account TFF 0.87's
+Used by `dp_fl.aggregators.distributed_dp` to account TFF 0.87's
 `DistributedDpSumFactory` (mechanism 'distributed_dgauss'), which states no guarantee of its
 own (its DP event is `UnsupportedDpEvent`). Pure NumPy + dp_accounting.
 """

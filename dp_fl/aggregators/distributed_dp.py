@@ -1,0 +1,235 @@
+"""TFF 0.87's distributed DP aggregator — discrete Gaussian or Skellam — accounted and calibrated.
+
+`tff.aggregators.DistributedDpSumFactory` (rotation 'hd', β = `BETA`, modclip_prob =
+`MODCLIP_PROB`): with noise multiplier z, each client rotates, clips to c, scales by γ⁻¹
+(`_heuristic_scale_factor`: k_stddevs = 3.9 standard deviations of the aggregate fit in 2^B),
+rounds stochastically to integers (L2 norm <= c/γ + √d' after rounding, the "inflated"
+bound), adds integer noise of scale σ = z c/(γ√n), and the sum is taken modulo 2^B:
+
+* `"ddgauss"` (TFF's 'distributed_dgauss'): N_Z(0, σ²) with σ rounded up (TFF's sampler uses
+  ⌈σ⌉), accounted by Prop. 14 of Kairouz, Liu & Steinke (arXiv:2102.06387;
+  `dp_fl.accounting.discrete_gaussian`) for the sum of n independent shares;
+* `"skellam"` (TFF's 'distributed_skellam'): Sk(σ²/2, σ²/2) (variance σ², σ as float32),
+  accounted by Thm. 3.5 of Agarwal, Kairouz & Liu (arXiv:2110.04995; `dp_fl.accounting.
+  skellam`) for the Skellam sum of variance n σ². tensorflow_privacy's query seeds that noise
+  with the clock (`[tf.timestamp() · 1e6, 0]`: guessable, and equal for two clients in the same
+  microsecond); `noisy_sum` builds the factory with `secret_skellam_query()` instead, whose
+  seed is drawn from OS entropy inside the computation.
+
+TFF states no guarantee (its DP event is `UnsupportedDpEvent`); the replace-one
+sensitivities are Δ₂ = 2 × TFF's scaled inflated L2 bound and Δ₁ = 2 × its scaled L1 bound,
+and `calibrated_setting` finds the smallest z reaching a target ε. Bits per coordinate = B
+(the client's message and the secure-sum modulus are both B bits). Its MSE "bound" is
+d'(σ² + 1/4)/(n γ⁻²): the noise's variance (<= σ², ⌈σ⌉² for the discrete Gaussian) plus
+stochastic rounding's (<= 1/4), without wraps.
+
+Everything is computed by TFF 0.87's own functions (imported when called), and `noisy_sum`
+checks that the process TFF builds uses the accounted scale, norm bound and noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from dp_fl import root_finding
+from dp_fl.accounting import discrete_gaussian
+from dp_fl.accounting import skellam
+from dp_fl.mechanisms import cpsgd
+
+# dp_fl's names of the mechanisms and TFF's.
+MECHANISMS = {"ddgauss": "distributed_dgauss", "skellam": "distributed_skellam"}
+# TFF 0.87's DistributedDpSumFactory settings kept at their defaults.
+MODCLIP_PROB = 1e-4
+BETA = 0.0
+MAX_BITS = 22  # TFF's own limit (float32 arithmetic inside).
+NOISE_MULTIPLIER_RANGE = (1e-3, 1e4)  # Where `calibrated_setting` searches z.
+NOISE_MULTIPLIER_RATIO = 1.001  # ... until the bracket's ends are within this ratio (0.1 %).
+
+
+def _check_mechanism(mechanism: str) -> str:
+  if mechanism not in MECHANISMS:
+    raise ValueError(f"`mechanism` must be one of {sorted(MECHANISMS)}; got {mechanism!r}.")
+  return mechanism
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """What TFF's distributed DP aggregator does at one noise multiplier.
+
+  Attributes:
+    mechanism: "ddgauss" or "skellam".
+    noise_multiplier: z (central noise std / c, before scaling).
+    bits: B.
+    scale_factor: γ⁻¹ of `_heuristic_scale_factor`, capped at `MAX_SCALE_FACTOR`.
+    scaled_inflated_l2: TFF's norm bound on a client's rounded, scaled vector.
+    scaled_l1: TFF's L1 bound, ⌈L2 · min(√d', L2)⌉.
+    local_stddev: z c/√n · γ⁻¹ (float32), the local noise scale TFF states.
+    sampled_stddev: the scale the noise is drawn with: ⌈local_stddev⌉ for the discrete
+      Gaussian, local_stddev for Skellam.
+    padded_dimension: d'.
+    epsilon: ε at δ for one release (replace-one).
+    rdp_order: the Rényi order achieving it.
+    tau: τ of Prop. 14 (discrete Gaussian; 0 for Skellam).
+  """
+  mechanism: str
+  noise_multiplier: float
+  bits: int
+  scale_factor: float
+  scaled_inflated_l2: float
+  scaled_l1: float
+  local_stddev: float
+  sampled_stddev: float
+  padded_dimension: int
+  epsilon: float
+  rdp_order: float
+  tau: float
+
+  def mse_bound(self, num_clients: int) -> float:
+    """d'(σ² + 1/4)/(n γ⁻²): noise (variance <= σ²) and rounding (<= 1/4), no wraps."""
+    return (self.padded_dimension * (self.sampled_stddev ** 2 + 0.25)
+            / (num_clients * self.scale_factor ** 2))
+
+
+def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimension: int,
+               bits: int, delta: float, clip_norm: float) -> Setting:
+  """What `DistributedDpSumFactory(noise_multiplier, n, bits, c, mechanism=MECHANISMS[
+  mechanism], rotation_type='hd')` will use, by TFF 0.87's own functions, and its ε.
+
+  Raises:
+    ValueError: 2^(2B) < n k_stddevs² (B bits cannot hold the sum; TFF refuses it too).
+  """
+  from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+  _check_mechanism(mechanism)
+  padded = cpsgd.padded_dimension(dimension)
+  local = noise_multiplier * clip_norm / math.sqrt(num_clients)
+  k_stddevs = distributed_dp._clip_prob_to_num_stddevs(MODCLIP_PROB)  # pylint: disable=protected-access
+  scale = float(distributed_dp._heuristic_scale_factor(  # pylint: disable=protected-access
+      local, clip_norm, bits, num_clients, padded, k_stddevs).numpy())
+  if not scale > 0:  # NaN when 2^(2B) < n k_stddevs² (TFF's factory rejects those too).
+    raise ValueError(f"B = {bits} bits cannot hold {k_stddevs:.2f} standard deviations of "
+                     f"the sum of {num_clients} clients (TFF needs 2^(2B) >= n·k²); use "
+                     "more bits.")
+  scale = min(scale, distributed_dp.MAX_SCALE_FACTOR)
+  inflated = float(discretization.inflated_l2_norm_bound(
+      l2_norm_bound=clip_norm, gamma=1.0 / scale, beta=BETA, dim=padded).numpy())
+  scaled_l2 = (inflated + 1e-5) * scale  # TFF's leeway included, as in its DP query.
+  scaled_l1 = float(math.ceil(scaled_l2 * min(math.sqrt(padded), scaled_l2)))
+  local_scaled = float(np.float32(local * scale))  # TFF's query state is float32.
+  if mechanism == "ddgauss":
+    sampled = float(max(1, math.ceil(local_scaled)))
+    epsilon, order, tau = discrete_gaussian.sum_epsilon(2.0 * scaled_l2, 2.0 * scaled_l1,
+                                                        sampled, num_clients, padded, delta)
+  else:
+    sampled, tau = local_scaled, 0.0
+    epsilon, order = skellam.composed_epsilon(2.0 * scaled_l2, 2.0 * scaled_l1,
+                                              num_clients * sampled ** 2, 1, delta)
+  return Setting(mechanism, noise_multiplier, bits, scale, scaled_l2, scaled_l1, local_scaled,
+                 sampled, padded, epsilon, order, tau)
+
+
+def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients: int,
+                       dimension: int, bits: int, clip_norm: float) -> Setting:
+  """The setting of the smallest noise multiplier z (to 0.1 %) whose ε reaches the target.
+
+  ε is non-increasing in z (the scaled sensitivity falls and σ grows), so a bisection on
+  log z over `NOISE_MULTIPLIER_RANGE` (`root_finding.bisect`) keeps the upper end, whose ε is
+  <= the target.
+
+  Raises:
+    ValueError: when no z up to 1e4 reaches ε: B bits leave too coarse a grid (TFF's
+      rounding inflates the sensitivity by √d' grid steps).
+  """
+  evaluated: dict[float, Setting] = {}
+
+  def setting(z: float) -> Setting:
+    if z not in evaluated:
+      evaluated[z] = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm)
+    return evaluated[z]
+
+  def too_coarse(low: float, high: float) -> str:
+    del low
+    best = setting(high)
+    return (f"no noise multiplier <= {high:g} reaches ε = {epsilon:g} at B = {bits} bits "
+            f"(n = {num_clients}, d' = {best.padded_dimension}): the grid is too coarse "
+            f"(scale {best.scale_factor:.3g}, rounding inflates the L2 bound to "
+            f"{best.scaled_inflated_l2 / best.scale_factor:.3g}·c); use more bits.")
+
+  low, high = NOISE_MULTIPLIER_RANGE
+  root_finding.expand_up(lambda z: setting(z).epsilon > epsilon, low, high, limit=high,
+                         clamp_to_limit=True, unreachable=too_coarse)  # Checks z = high.
+  # hi / lo - 1 > ratio - 1 is hi / lo > ratio exactly (Sterbenz: the subtraction is exact).
+  return setting(root_finding.bisect(lambda z: not setting(z).epsilon <= epsilon, low, high,
+                                     relative_tolerance=NOISE_MULTIPLIER_RATIO - 1.0))
+
+
+@functools.cache
+def _secret_skellam_query_type():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_privacy  # pylint: disable=g-import-not-at-top
+
+  class SecretSkellamSumQuery(tensorflow_privacy.DistributedSkellamSumQuery):
+    """tensorflow_privacy's distributed Skellam query, its noise seeded from OS entropy: each
+    call draws a fresh int64 seed pair by an unseeded stateful op (TF seeds those from the
+    OS), not from the clock."""
+
+    def add_noise_to_sample(self, local_stddev, record):
+      lam = 0.5 * tf.cast(local_stddev, tf.float64) ** 2
+
+      def add_noise(v):
+        seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max,
+                                 dtype=tf.int64)
+        draws = tf.random.stateless_poisson(
+            shape=tf.concat([tf.shape(v), [2]], axis=0), seed=seed, lam=[lam, lam],
+            dtype=tf.int64)
+        return v + tf.cast(draws[..., 0] - draws[..., 1], v.dtype)
+
+      return tf.nest.map_structure(add_noise, record)
+
+  return SecretSkellamSumQuery
+
+
+@contextlib.contextmanager
+def secret_skellam_query():
+  """While open, TFF's DistributedDpSumFactory builds its Skellam query as
+  `SecretSkellamSumQuery` (OS-entropy noise) instead of tensorflow_privacy's clock-seeded one."""
+  import tensorflow_privacy  # pylint: disable=g-import-not-at-top
+  original = tensorflow_privacy.DistributedSkellamSumQuery
+  tensorflow_privacy.DistributedSkellamSumQuery = _secret_skellam_query_type()
+  try:
+    yield
+  finally:
+    tensorflow_privacy.DistributedSkellamSumQuery = original
+
+
+def noisy_sum(setting: Setting, vectors: np.ndarray, clip_norm: float) -> np.ndarray:
+  """One round of TFF's distributed DP aggregator: the decoded noisy sum.
+
+  Checks that the process TFF built uses the scale, norm bound and noise `setting` was
+  accounted with (and, for Skellam, the OS-entropy query).
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+  n, d = vectors.shape
+  factory = distributed_dp.DistributedDpSumFactory(
+      noise_multiplier=setting.noise_multiplier, expected_clients_per_round=n,
+      bits=setting.bits, l2_clip=clip_norm, modclip_prob=MODCLIP_PROB,
+      beta=BETA, mechanism=MECHANISMS[setting.mechanism], rotation_type="hd")
+  with secret_skellam_query():
+    process = factory.create(tff.TensorType(np.float32, [d]))
+  state = process.initialize()
+  _, discrete, dp_state = factory._unpack_state(state)  # pylint: disable=protected-access
+  query = dp_state.query_state
+  built = (float(discrete["scale_factor"]), float(query.l2_norm_bound),
+           float(query.local_stddev))
+  expected = (setting.scale_factor, setting.scaled_inflated_l2, setting.local_stddev)
+  if not np.allclose(built, expected, rtol=1e-4):
+    raise RuntimeError(f"TFF's DistributedDpSumFactory built (scale, scaled L2 bound, local "
+                       f"stddev) = {built}, but the accounting assumed {expected}.")
+  output = process.next(state, list(vectors))
+  return np.asarray(output.result, np.float64)

@@ -1,0 +1,102 @@
+"""TFF 0.87's distributed DP aggregator (discrete Gaussian and Skellam), as dp_fl accounts it:
+ε recomputed independently from the setting's own numbers, calibration to a target, the noisy
+sum TFF builds, and the Skellam noise drawn from OS entropy (not tensorflow_privacy's clock)."""
+
+import math
+
+from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
+import pytest
+
+from dp_fl.accounting import discrete_gaussian
+from dp_fl.aggregators import distributed_dp
+
+N, D, BITS, DELTA, CLIP = 20, 10, 16, 1e-5, 1.0
+
+
+def _skellam_epsilon_by_hand(setting, n, delta):
+  """Thm. 3.5 of arXiv:2110.04995 written out: ε(α) = αΔ₂²/(2μ) + min{((2α−1)Δ₂² + 6Δ₁)/(4μ²),
+  3Δ₁/(2μ)}, μ = n σ², replace-one Δ = 2 × TFF's bounds, over integer orders."""
+  l2, l1 = 2 * setting.scaled_inflated_l2, 2 * setting.scaled_l1
+  mu = n * setting.sampled_stddev ** 2
+  orders = np.arange(2, 257, dtype=np.float64)
+  curve = [a * l2 ** 2 / (2 * mu) + min(((2 * a - 1) * l2 ** 2 + 6 * l1) / (4 * mu ** 2),
+                                        3 * l1 / (2 * mu)) for a in orders]
+  return rdp_privacy_accountant.compute_epsilon(orders, np.array(curve), delta)[0]
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_setting_epsilon_is_recomputed_independently(mechanism):
+  setting = distributed_dp.setting_at(mechanism, 0.8, N, D, BITS, DELTA, CLIP)
+  assert setting.padded_dimension == 16 and setting.scale_factor > 0
+  if mechanism == "ddgauss":
+    assert setting.sampled_stddev == math.ceil(setting.local_stddev)
+    want = discrete_gaussian.sum_epsilon(2 * setting.scaled_inflated_l2, 2 * setting.scaled_l1,
+                                         setting.sampled_stddev, N, 16, DELTA)[0]
+    assert setting.epsilon == pytest.approx(want, rel=1e-12)
+  else:
+    assert setting.sampled_stddev == setting.local_stddev and setting.tau == 0.0
+    # The written-out bound over integer orders 2..256 only: never below the module's.
+    assert setting.epsilon <= _skellam_epsilon_by_hand(setting, N, DELTA) * (1 + 1e-12)
+    assert setting.epsilon == pytest.approx(_skellam_epsilon_by_hand(setting, N, DELTA),
+                                            rel=0.02)
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_calibration_reaches_the_target_with_the_least_noise(mechanism):
+  setting = distributed_dp.calibrated_setting(mechanism, 4.0, DELTA, N, D, BITS, CLIP)
+  assert setting.epsilon <= 4.0
+  below = distributed_dp.setting_at(mechanism, setting.noise_multiplier / 1.01, N, D, BITS,
+                                    DELTA, CLIP)
+  assert below.epsilon > 4.0
+
+
+def test_skellam_needs_no_more_noise_than_the_discrete_gaussian_at_many_bits():
+  """At 16 bits the grid is fine: both are near the Gaussian mechanism's z."""
+  z = {m: distributed_dp.calibrated_setting(m, 4.0, DELTA, N, D, BITS, CLIP).noise_multiplier
+       for m in ("ddgauss", "skellam")}
+  assert z["skellam"] == pytest.approx(z["ddgauss"], rel=0.15)
+
+
+def test_a_bad_mechanism_is_named():
+  with pytest.raises(ValueError, match="ddgauss"):
+    distributed_dp.setting_at("gauss", 1.0, N, D, BITS, DELTA, CLIP)
+
+
+def test_secret_skellam_noise_has_its_variance_and_fresh_seeds():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  query_type = distributed_dp._secret_skellam_query_type()  # pylint: disable=protected-access
+  query = query_type(l1_norm_bound=10, l2_norm_bound=10, local_stddev=3.0)
+
+  @tf.function
+  def twice():
+    zeros = tf.zeros([40000], tf.int32)
+    return (query.add_noise_to_sample(3.0, zeros), query.add_noise_to_sample(3.0, zeros))
+
+  a, b = (np.asarray(x, np.float64) for x in twice())
+  assert not np.array_equal(a, b)  # Same instant, different noise.
+  for x in (a, b):
+    assert abs(x.mean()) < 5 * 3.0 / math.sqrt(x.size)
+    assert x.var() == pytest.approx(9.0, rel=0.05)
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism):
+  rng = np.random.default_rng(0)
+  vectors = rng.normal(size=(N, D)).astype(np.float32)
+  vectors *= 0.5 / np.linalg.norm(vectors, axis=1, keepdims=True)  # Inside the clip.
+  setting = distributed_dp.setting_at(mechanism, 0.5, N, D, BITS, DELTA, CLIP)
+  with distributed_dp.secret_skellam_query():
+    pass  # The context restores tensorflow_privacy's class.
+  import tensorflow_privacy  # pylint: disable=g-import-not-at-top
+  assert tensorflow_privacy.DistributedSkellamSumQuery.__name__ == "DistributedSkellamSumQuery"
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
+  with runtime.execution_context():
+    errors = np.stack([distributed_dp.noisy_sum(setting, vectors, CLIP) - vectors.sum(axis=0)
+                       for _ in range(4)])
+  rms = math.sqrt(setting.mse_bound(N) * N * N / 16)  # Per coordinate of the sum.
+  assert 0.2 * rms < errors.std() < 3 * rms
+
+
+if __name__ == "__main__":
+  raise SystemExit(pytest.main([__file__, "-q"]))
