@@ -23,20 +23,31 @@ and `calibrated_setting` finds the smallest z reaching a target ε. Bits per coo
 d'(σ² + 1/4)/(n γ⁻²): the noise's variance (<= σ², ⌈σ⌉² for the discrete Gaussian) plus
 stochastic rounding's (<= 1/4), without wraps.
 
-Everything is computed by TFF 0.87's own functions (imported when called), and `noisy_sum`
-checks that the process TFF builds uses the accounted scale, norm bound and noise.
+Everything is computed by TFF 0.87's own functions, and `noisy_sum` checks that the process
+TFF builds uses the accounted scale, norm bound and noise. `DistributedDpMeanFactory` is the
+training aggregator (guards, TFF's factory with its bitwidth-B secure sums, at most m clients
+a round — checked, the discrete Gaussian's τ is accounted at m — and / m); not yet a
+registered mechanism (issue #45).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
 import math
+from typing import Optional
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
 
+from dp_fl import _checks
 from dp_fl import root_finding
+from dp_fl.aggregators import _types
+from dp_fl.aggregators import dp_ftrl
+from dp_fl.aggregators import guards
 from dp_fl.accounting import discrete_gaussian
 from dp_fl.accounting import skellam
 from dp_fl.mechanisms import cpsgd
@@ -233,3 +244,91 @@ def noisy_sum(setting: Setting, vectors: np.ndarray, clip_norm: float) -> np.nda
                        f"stddev) = {built}, but the accounting assumed {expected}.")
   output = process.next(state, list(vectors))
   return np.asarray(output.result, np.float64)
+
+
+class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):
+  """The distributed DP mean: guards, TFF's `DistributedDpSumFactory`, / m.
+
+  Non-finite updates and updates above `zeroing_norm` are zeroed (`guards.guard_update`, as
+  every DP aggregator's guards), the rest rotated and clipped to c by TFF's factory,
+  discretized, noised by each client (the Skellam noise from OS entropy,
+  `secret_skellam_query`) and summed by its bitwidth-B secure sums; the server refuses a round
+  of more than m clients (the accounting bounds the number of shares by m) and divides by the
+  fixed m. The guards are inlined in one wrapper rather than nested as factories: TFF's
+  factory is already deep, and two more wrapper levels make the composed computation's proto
+  deeper than protobuf (upb) parses back (`DecodeError`).
+
+  Measurements per round: clients, nonfinite_count, zeroed_count, and TFF's distributed DP
+  measurements (l2_clip, scale_factor, scaled_local_stddev, padded_dim, ...).
+  """
+
+  def __init__(self, mechanism: str, *, noise_multiplier: float, clip_norm: float, bits: int,
+               clients_per_round: int, zeroing_norm: Optional[float] = None):
+    self._mechanism = _check_mechanism(mechanism)
+    self._noise_multiplier = _checks.check_positive("noise_multiplier", noise_multiplier)
+    self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
+    self._bits = _checks.check_positive_int("bits", bits)
+    if self._bits > MAX_BITS:
+      raise ValueError(f"`bits` must be at most {MAX_BITS} (TFF's limit); got {bits}.")
+    self._clients_per_round = _checks.check_positive_int("clients_per_round",
+                                                         clients_per_round)
+    if zeroing_norm is None:
+      zeroing_norm = dp_ftrl.DEFAULT_ZEROING_MULTIPLE * clip_norm
+    if zeroing_norm < clip_norm:
+      raise ValueError(f"`zeroing_norm`={zeroing_norm} is below the clip norm {clip_norm}; "
+                       "use zeroing_norm >= clip_norm.")
+    self._zeroing_norm = float(zeroing_norm)
+
+  @property
+  def bits(self) -> int:
+    return self._bits
+
+  def setting(self, dimension: int, delta: float) -> Setting:
+    """The accounted setting of one round of m clients (`setting_at`)."""
+    return setting_at(self._mechanism, self._noise_multiplier, self._clients_per_round,
+                      dimension, self._bits, delta, self._clip_norm)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    _types.tensor_specs(value_type)  # Clear errors for unsupported value types.
+    from tensorflow_federated.python.aggregators import distributed_dp as tff_ddp  # pylint: disable=g-import-not-at-top
+    factory = tff_ddp.DistributedDpSumFactory(
+        noise_multiplier=self._noise_multiplier,
+        expected_clients_per_round=self._clients_per_round, bits=self._bits,
+        l2_clip=self._clip_norm, modclip_prob=MODCLIP_PROB, beta=BETA,
+        mechanism=MECHANISMS[self._mechanism], rotation_type="hd")
+    with secret_skellam_query():
+      inner = factory.create(value_type)
+    zeroing_norm, most = self._zeroing_norm, self._clients_per_round
+
+    @tff.tensorflow.computation(value_type)
+    def guard(value):
+      return guards.guard_update(value, zeroing_norm)
+
+    @tff.tensorflow.computation(value_type, tff.TensorType(guards.COUNT_DTYPE))
+    def divide(value_sum, clients):
+      with tf.control_dependencies([tf.debugging.assert_less_equal(
+          clients, guards.COUNT_DTYPE(most),
+          message=f"more clients than the {most} a round the distributed DP accounting "
+                  "allows (--clients_per_round)")]):
+        leaves = [tf.identity(v) / tf.constant(float(most), v.dtype)
+                  for v in _types.flatten(value_sum)]
+      return _types.pack_as(value_sum, leaves)
+
+    @tff.federated_computation()
+    def init_fn():
+      return inner.initialize()
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      guarded, nonfinite, zeroed = tff.federated_map(guard, value)
+      output = inner.next(state, guarded)
+      clients = tff.federated_sum(tff.federated_value(guards.COUNT_DTYPE(1), tff.CLIENTS))
+      measurements = collections.OrderedDict(
+          clients=clients, nonfinite_count=tff.federated_sum(nonfinite),
+          zeroed_count=tff.federated_sum(zeroed), distributed_dp=output.measurements)
+      return tff.templates.MeasuredProcessOutput(
+          state=output.state, result=tff.federated_map(divide, (output.result, clients)),
+          measurements=tff.federated_zip(measurements))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -34,6 +34,23 @@ def nonfinite_zeroing_factory(
   return _NonFiniteZeroingFactory(inner_agg_factory)
 
 
+def guard_update(value, zeroing_norm: float | None = None):
+  """(update or zeros, nonfinite flag, zeroed flag) of one client's update, in TensorFlow: an
+  update with a NaN/Inf entry, or (given `zeroing_norm`) an L2 norm above it (float64), is
+  replaced by zeros. For aggregators that cannot nest the guard factories (TFF's distributed
+  DP factory: `dp_fl/aggregators/distributed_dp.py`)."""
+  leaves = _types.flatten(value)
+  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x)) for x in leaves])
+  keep, too_large = finite, tf.constant(False)
+  if zeroing_norm is not None:
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(x, tf.float64))) for x in leaves]))
+    too_large = tf.logical_and(finite, norm > zeroing_norm)
+    keep = tf.logical_and(finite, tf.logical_not(too_large))
+  guarded = [tf.where(keep, x, tf.zeros_like(x)) for x in leaves]
+  return (_types.pack_as(value, guarded), tf.cast(tf.logical_not(finite), COUNT_DTYPE),
+          tf.cast(too_large, COUNT_DTYPE))
+
+
 class _NonFiniteZeroingFactory(tff.aggregators.UnweightedAggregationFactory):
   """See `nonfinite_zeroing_factory`."""
 
@@ -49,10 +66,8 @@ class _NonFiniteZeroingFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type)
     def zero_if_nonfinite(value):
-      leaves = _types.flatten(value)
-      finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x)) for x in leaves])
-      guarded = [tf.where(finite, x, tf.zeros_like(x)) for x in leaves]
-      return _types.pack_as(value, guarded), tf.cast(tf.logical_not(finite), COUNT_DTYPE)
+      guarded, nonfinite, _ = guard_update(value)
+      return guarded, nonfinite
 
     @tff.federated_computation()
     def init_fn():

@@ -98,5 +98,89 @@ def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism):
   assert 0.2 * rms < errors.std() < 3 * rms
 
 
+def _value_type():
+  import collections  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return tff.to_type(collections.OrderedDict(w=tff.TensorType(np.float32, [3, 2]),
+                                             b=tff.TensorType(np.float32, [4])))
+
+
+def _updates(n, seed=0, norm=0.5):
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(n):
+    w, b = rng.normal(size=(3, 2)), rng.normal(size=4)
+    scale = norm / math.sqrt(np.sum(w ** 2) + np.sum(b ** 2))
+    out.append({"w": (w * scale).astype(np.float32), "b": (b * scale).astype(np.float32)})
+  return out
+
+
+def _flat(value):
+  return np.concatenate([np.ravel(value["w"]), np.ravel(value["b"])])
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_the_training_mean_compiles_to_mapreduce_form_with_secure_sums(mechanism):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  factory = distributed_dp.DistributedDpMeanFactory(
+      mechanism, noise_multiplier=0.5, clip_norm=CLIP, bits=BITS, clients_per_round=4)
+  process = factory.create(_value_type())
+
+  @tff.federated_computation(process.initialize.type_signature.result,
+                             tff.FederatedType(_value_type(), tff.CLIENTS))
+  def next_fn(state, value):
+    output = process.next(state, value)
+    return output.state, output.result
+
+  form = tff.backends.mapreduce.get_map_reduce_form_for_computation(next_fn)
+  assert form.securely_aggregates_tensors
+  # Each client sends d' = 16 integers to a bitwidth-B secure sum (and a 1-bit count).
+  assert "int32[16]" in str(form.work.type_signature.result)
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
+  with runtime.execution_context():
+    assert BITS in tuple(form.secure_sum_bitwidth())
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_the_training_mean_is_the_guarded_mean_plus_the_accounted_noise(mechanism):
+  from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
+  n = 6
+  factory = distributed_dp.DistributedDpMeanFactory(
+      mechanism, noise_multiplier=0.3, clip_norm=CLIP, bits=BITS, clients_per_round=n)
+  setting = factory.setting(10, DELTA)
+  updates = _updates(n)
+  updates[0] = {"w": np.full((3, 2), np.nan, np.float32), "b": np.zeros(4, np.float32)}
+  updates[1] = {"w": np.full((3, 2), 1e6, np.float32), "b": np.zeros(4, np.float32)}
+  with runtime.execution_context():
+    process = factory.create(_value_type())
+    state = process.initialize()
+    results = []
+    for _ in range(6):
+      out = process.next(state, updates)
+      state = out.state
+      results.append(_flat(out.result))
+    assert int(out.measurements["nonfinite_count"]) == 1
+    assert int(out.measurements["zeroed_count"]) == 1
+    assert int(out.measurements["clients"]) == n
+    too_many = distributed_dp.DistributedDpMeanFactory(
+        mechanism, noise_multiplier=0.3, clip_norm=CLIP, bits=BITS,
+        clients_per_round=2).create(_value_type())
+    with pytest.raises(Exception, match="more clients than the 2"):
+      too_many.next(too_many.initialize(), _updates(3))
+  mean = np.sum([_flat(u) for u in updates[2:]], axis=0) / n
+  errors = np.stack(results) - mean
+  rms = math.sqrt(setting.mse_bound(n) * n * n / 16) / n  # Per coordinate of the mean.
+  assert 0.2 * rms < errors.std() < 3 * rms
+
+
+def test_bad_training_settings_are_named():
+  with pytest.raises(ValueError, match="bits"):
+    distributed_dp.DistributedDpMeanFactory("skellam", noise_multiplier=1.0, clip_norm=1.0,
+                                            bits=23, clients_per_round=4)
+  with pytest.raises(ValueError, match="zeroing_norm"):
+    distributed_dp.DistributedDpMeanFactory("skellam", noise_multiplier=1.0, clip_norm=1.0,
+                                            bits=16, clients_per_round=4, zeroing_norm=0.5)
+
+
 if __name__ == "__main__":
   raise SystemExit(pytest.main([__file__, "-q"]))
