@@ -146,7 +146,10 @@ def test_a_noisy_toy_run_warns_and_scales_and_stays_bounded(tmp_path, tff_contex
     config = toy_program.toy_config(str(tmp_path / guard), 12, "dpsgd", noise_multiplier=300.0,
                                     clients_per_round=2, participation="uniform",
                                     noise_guard=guard, eval_every=4, server_momentum=0.9,
-                                    server_learning_rate=1.0)
+                                    server_learning_rate=1.0,
+                                    # Public seeds: whether 3 evaluations drift is a draw (CI saw
+                                    # an OS-entropy run that did not); seeds 0–7 all drift.
+                                    reproducible_noise_seed=0)
     results[guard] = program.run(task, config, progress_stream=Stream())
     with open(os.path.join(config.root_dir, "summary.json"), encoding="utf-8") as f:
       summary = json.load(f)
