@@ -100,6 +100,26 @@ class Setting:
   rdp_order: float
   tau: float
 
+  def composed_epsilon(self, fewest_clients: int, most_clients: int, releases: int,
+                       delta: float) -> tuple[float, float, float]:
+    """(ε, order, τ) at δ of `releases` sums of this setting's shares, each of between
+    `fewest_clients` and `most_clients` clients (the scale and σ stay those of the m the
+    setting was built for; realized cohorts vary): Prop. 14 with μ at the fewest shares and
+    τ at the most (`discrete_gaussian.composed_epsilon`), or Thm. 3.5 at the fewest shares
+    (the Skellam bound only worsens as the summed variance n σ² falls; τ = 0)."""
+    l2, l1 = 2.0 * self.scaled_inflated_l2, 2.0 * self.scaled_l1  # Replace-one: twice.
+    if self.mechanism == "ddgauss":
+      return discrete_gaussian.composed_epsilon(l2, l1, self.sampled_stddev, fewest_clients,
+                                                most_clients, self.padded_dimension,
+                                                releases, delta)
+    _checks.check_positive_int("most_clients", most_clients)
+    if most_clients < _checks.check_positive_int("fewest_clients", fewest_clients):
+      raise ValueError(f"`most_clients` = {most_clients} is below `fewest_clients` = "
+                       f"{fewest_clients}.")
+    epsilon, order = skellam.composed_epsilon(l2, l1, fewest_clients * self.sampled_stddev ** 2,
+                                              releases, delta)
+    return epsilon, order, 0.0
+
   def mse_bound(self, num_clients: int) -> float:
     """d'(σ² + 1/4)/(n γ⁻²): noise (variance <= σ²) and rounding (<= 1/4), no wraps."""
     return (self.padded_dimension * (self.sampled_stddev ** 2 + 0.25)
@@ -132,21 +152,21 @@ def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimens
   scaled_l2 = (inflated + 1e-5) * scale  # TFF's leeway included, as in its DP query.
   scaled_l1 = float(math.ceil(scaled_l2 * min(math.sqrt(padded), scaled_l2)))
   local_scaled = float(np.float32(local * scale))  # TFF's query state is float32.
-  if mechanism == "ddgauss":
-    sampled = float(max(1, math.ceil(local_scaled)))
-    epsilon, order, tau = discrete_gaussian.sum_epsilon(2.0 * scaled_l2, 2.0 * scaled_l1,
-                                                        sampled, num_clients, padded, delta)
-  else:
-    sampled, tau = local_scaled, 0.0
-    epsilon, order = skellam.composed_epsilon(2.0 * scaled_l2, 2.0 * scaled_l1,
-                                              num_clients * sampled ** 2, 1, delta)
-  return Setting(mechanism, noise_multiplier, bits, scale, scaled_l2, scaled_l1, local_scaled,
-                 sampled, padded, epsilon, order, tau)
+  # The discrete Gaussian's sampler draws with ⌈σ⌉; Skellam's with σ itself.
+  sampled = float(max(1, math.ceil(local_scaled))) if mechanism == "ddgauss" else local_scaled
+  setting = Setting(mechanism, noise_multiplier, bits, scale, scaled_l2, scaled_l1,
+                    local_scaled, sampled, padded, math.nan, math.nan, math.nan)
+  epsilon, order, tau = setting.composed_epsilon(num_clients, num_clients, 1, delta)
+  return dataclasses.replace(setting, epsilon=epsilon, rdp_order=order, tau=tau)
 
 
 def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients: int,
-                       dimension: int, bits: int, clip_norm: float) -> Setting:
-  """The setting of the smallest noise multiplier z (to 0.1 %) whose ε reaches the target.
+                       dimension: int, bits: int, clip_norm: float, *,
+                       fewest_clients: Optional[int] = None, releases: int = 1) -> Setting:
+  """The setting of the smallest noise multiplier z (to 0.1 %) whose ε reaches the target:
+  one release of `num_clients` shares, or (training) `releases` releases of between
+  `fewest_clients` and `num_clients` shares each (`Setting.composed_epsilon`; the setting is
+  built for `num_clients`, the m a round is scaled for).
 
   ε is non-increasing in z (the scaled sensitivity falls and σ grows), so a bisection on
   log z over `NOISE_MULTIPLIER_RANGE` (`root_finding.bisect`) keeps the upper end, whose ε is
@@ -156,18 +176,24 @@ def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients
     ValueError: when no z up to 1e4 reaches ε: B bits leave too coarse a grid (TFF's
       rounding inflates the sensitivity by √d' grid steps).
   """
+  fewest = num_clients if fewest_clients is None else fewest_clients
   evaluated: dict[float, Setting] = {}
 
   def setting(z: float) -> Setting:
     if z not in evaluated:
-      evaluated[z] = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm)
+      built = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm)
+      if (fewest, releases) != (num_clients, 1):
+        reached, order, tau = built.composed_epsilon(fewest, num_clients, releases, delta)
+        built = dataclasses.replace(built, epsilon=reached, rdp_order=order, tau=tau)
+      evaluated[z] = built
     return evaluated[z]
 
   def too_coarse(low: float, high: float) -> str:
     del low
     best = setting(high)
     return (f"no noise multiplier <= {high:g} reaches ε = {epsilon:g} at B = {bits} bits "
-            f"(n = {num_clients}, d' = {best.padded_dimension}): the grid is too coarse "
+            f"(n = {num_clients}, d' = {best.padded_dimension}, {releases} release(s), "
+            f"cohorts of at least {fewest}): the grid is too coarse "
             f"(scale {best.scale_factor:.3g}, rounding inflates the L2 bound to "
             f"{best.scaled_inflated_l2 / best.scale_factor:.3g}·c); use more bits.")
 
@@ -331,4 +357,18 @@ class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):
           state=output.state, result=tff.federated_map(divide, (output.result, clients)),
           measurements=tff.federated_zip(measurements))
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return tff.templates.AggregationProcess(_flattened(init_fn), _flattened(next_fn))
+
+
+def _flattened(computation):
+  """`computation` in TFF's call-dominant form: one block of locals instead of the nested
+  blocks TFF's DistributedDpSumFactory composes (concatenation, rotation, discretization,
+  modular clipping, the DP query, the secure sum). Nested, the learning process that embeds
+  it is deeper than protobuf (upb) parses back (`DecodeError` in `compose_learning_process`);
+  flattened, it is the same computation, under its original (annotated) type signature."""
+  from tensorflow_federated.python.core.impl.compiler import transformations  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.computation import computation_impl  # pylint: disable=g-import-not-at-top
+  concrete = computation_impl.ConcreteComputation
+  flat = concrete.from_building_block(
+      transformations.to_call_dominant(computation.to_building_block()))
+  return concrete.with_type(flat, computation.type_signature)

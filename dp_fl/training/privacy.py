@@ -212,12 +212,22 @@ class PoissonAccountant(Accountant):
                                      method=dpfedavg.RDP).epsilon
 
 
-def distributed_scope(config: Any) -> Scope:
+def distributed_scope(config: Any, mechanism: str = "cpsgd") -> Scope:
   """`release_scope` for a mechanism whose noise the clients add and whose sum of updates only
-  secure aggregation sees (cpSGD, paper 000): other secrets, another trust model, and every
-  other quantity the server receives named (un-noised counts; with --workers, each worker's
-  partial sum, `worker_partials_scope`)."""
+  secure aggregation sees (cpSGD, paper 000; `ddgauss`, `skellam`: TFF's
+  DistributedDpSumFactory): other secrets, another trust model, and every other quantity the
+  server receives named (un-noised counts; with --workers, each worker's partial sum,
+  `worker_partials_scope`)."""
   scope, caveats = release_scope(config, sampled=False)
+  cpsgd = mechanism == "cpsgd"
+  scheduler = ("The scheduler's seed " + (
+      "derives from --reproducible_noise_seed (see the caveat)."
+      if config.noise_seed_is_public else
+      "is drawn from OS entropy and kept only in the checkpoints."))
+  counted = ("how many rotated coordinates were clipped to ±X_max "
+             "(secure_sum/coordinates_clipped)" if cpsgd else
+             "TFF's distributed_dp measurements (the public clip norm, scale, noise scale and "
+             "padded dimension, and the number of clients)")
   replaced = {
       "covered": (
           "The secure sum of the clients' integer messages each round (their rotated, "
@@ -227,10 +237,10 @@ def distributed_scope(config: Any) -> Scope:
           "is not all the server receives: the entries marked NOT covered name the rest."),
       "released: per-round training metrics — NOT covered": (
           "With every round's secure sum the server receives, un-noised and as plain sums "
-          "(not secure ones): the cohort size (clients), how many updates were clipped to D "
-          "(clipped_count), zeroed for a norm above the zeroing norm (zeroed_count) or for "
-          "non-finite entries (nonfinite_count), how many rotated coordinates were clipped to "
-          "±X_max (secure_sum/coordinates_clipped), and the clients' training metrics (loss, "
+          "(not secure ones): the cohort size (clients), how many updates were "
+          + ("clipped to D (clipped_count), " if cpsgd else "")
+          + "zeroed for a norm above the zeroing norm (zeroed_count) or for non-finite "
+          f"entries (nonfinite_count), {counted}, and the clients' training metrics (loss, "
           "accuracy, example and batch counts); metrics/train.csv and the tensorboard train/ "
           "scalars hold them. They are computed from the clients' data without noise, so the "
           "guarantee does not cover them, against the server either: keep them as private as "
@@ -240,17 +250,26 @@ def distributed_scope(config: Any) -> Scope:
       "secrets": (
           "Each client's quantization dither and noise share come from that client's own OS "
           "entropy and are never stored; the rotation seed is public randomness (paper 000, "
-          "Sec. 3.1). The scheduler's seed " + (
-              "derives from --reproducible_noise_seed (see the caveat)."
-              if config.noise_seed_is_public else
-              "is drawn from OS entropy and kept only in the checkpoints.")),
+          "Sec. 3.1). " + scheduler if cpsgd else
+          "Each client's noise share comes from its own randomness, never stored: the "
+          "discrete Gaussian's sampler from unseeded TensorFlow random ops, the Skellam "
+          "sampler from a seed drawn from OS entropy each call (dp_fl replaces "
+          "tensorflow_privacy's clock-seeded one). TFF seeds the rotation and the stochastic "
+          "rounding from the clock: public randomness, which the guarantee does not need "
+          "secret (the sensitivity is TFF's worst-case bound after rounding, β = 0). "
+          + scheduler),
       "assumed": (
           "Clients that add their own shares and follow the participation rules; secure "
           "aggregation of the integer messages modulo 2^b (in this simulation TFF computes "
-          "that sum in the clear, as its test backend does, and nothing wraps). Every computed "
-          "round is logged before it runs (releases.jsonl): a round re-run after a crash, or "
-          "computed and not applied, draws fresh shares and is charged as a further "
-          "participation of every client of it."),
+          "that sum in the clear, as its test backend does, and nothing wraps). " if cpsgd else
+          "Clients that add their own shares and follow the participation rules; secure "
+          "aggregation of the B-bit integer messages (TFF's federated_secure_sum_bitwidth, "
+          "reduced modulo 2^B on the server; in this simulation the sum is computed in the "
+          "clear, as TFF's test backend does; a wrap modulo 2^B costs accuracy, not privacy). "
+      ) + (
+          "Every computed round is logged before it runs (releases.jsonl): a round re-run "
+          "after a crash, or computed and not applied, draws fresh shares and is charged as a "
+          "further participation of every client of it."),
   }
   scope = tuple((k, replaced.get(k, v)) for k, v in scope)
   workers = runtimes.remote_workers(config)
@@ -282,12 +301,22 @@ def worker_partials_scope(config: Any) -> tuple[str, str]:
       "secure aggregator, which combines the partials and stores, logs and publishes none "
       "of them. Against anyone who reads a partial — the training process's memory, the "
       "network to the workers (plaintext unless --worker_tls_ca_cert), a worker — a "
-      "client's guarantee is that of the Binomial mechanism over its chunk of c_w clients "
+      "client's guarantee is that of the noise shares of its chunk of c_w clients "
       "alone, far weaker than the ε stated; the workers also run the clients and so see "
       "each client's data and message (docs/DISTRIBUTED.md).")
 
 
-class BinomialAccountant(Accountant):
+class _ComputedRoundsAccountant(Accountant):
+  """A distributed-DP accountant: every computed round is a release (`ReleaseLog`)."""
+
+  _log: "ReleaseLog"
+
+  def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
+    """(participations per client the ledger does not count, their smallest cohort)."""
+    return self._log.beyond_ledger(realized.num_rounds)
+
+
+class BinomialAccountant(_ComputedRoundsAccountant):
   """cpSGD (paper 000): the Binomial mechanism's Rényi curve per round at the smallest cohort
   (`dp_fl.accounting.cpsgd`), composed over each client's realized participations plus every
   computation the ledger does not count, client by client from the release log
@@ -306,10 +335,6 @@ class BinomialAccountant(Accountant):
     self._delta = delta
     self._log = ReleaseLog(root_dir)
     self._scope, self._caveats = scope
-
-  def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
-    """(participations per client the ledger does not count, their smallest cohort)."""
-    return self._log.beyond_ledger(realized.num_rounds)
 
   def guarantee(self, realized: ledger_lib.RealizedParticipation):
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
@@ -346,6 +371,63 @@ class BinomialAccountant(Accountant):
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return 0.0
     return self.guarantee(realized).epsilon
+
+
+class DistributedDpAccountant(_ComputedRoundsAccountant):
+  """The distributed discrete Gaussian / Skellam (`dp_fl.aggregators.distributed_dp`): the
+  setting's Rényi curve per round for sums of between the smallest realized cohort and m
+  shares (Prop. 14 of arXiv:2102.06387 needs both ends: τ grows with the shares), composed
+  over each client's realized participations plus every computation the ledger does not
+  count (`ReleaseLog`, as cpSGD's)."""
+
+  def __init__(self, setting: Any, clip_norm: float, dimension: int, clients_per_round: int,
+               delta: float, root_dir: str, scope: Scope = ((), ())):
+    """Args: setting (`distributed_dp.Setting` of one round of m clients), clip_norm c,
+    dimension d (the model's parameters), clients_per_round m (the most shares of a round:
+    the aggregator refuses more), delta, root_dir (its release log), scope."""
+    self._setting = setting
+    self._clip = clip_norm
+    self._dimension = dimension
+    self._most = clients_per_round
+    self._delta = delta
+    self._log = ReleaseLog(root_dir)
+    self._scope, self._caveats = scope
+
+  def _fewest(self, realized: ledger_lib.RealizedParticipation) -> int:
+    cohorts = [c for c in (realized.min_cohort, self._unlogged(realized)[1]) if c]
+    return min(cohorts) if cohorts else 1
+
+  def guarantee(self, realized: ledger_lib.RealizedParticipation) -> tuple[float, float, float]:
+    """(ε, order, τ) of every client's participations, re-computed ones included."""
+    releases = realized.max_participations + self._unlogged(realized)[0]
+    return self._setting.composed_epsilon(self._fewest(realized), self._most, releases,
+                                          self._delta)
+
+  def report(self, realized):
+    from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
+    if realized.num_rounds == 0 or realized.max_participations == 0:
+      return None
+    epsilon, order, tau = self.guarantee(realized)
+    fewest = self._fewest(realized)
+    s = self._setting
+    return report_lib.DistributedDpPrivacyReport(
+        mechanism=s.mechanism, noise_multiplier=s.noise_multiplier,
+        clip_norm=self._clip, bits=s.bits,
+        dimension=self._dimension, padded_dimension=s.padded_dimension,
+        scale_factor=s.scale_factor, local_stddev=s.local_stddev,
+        sampled_stddev=s.sampled_stddev, l2_sensitivity=2.0 * s.scaled_inflated_l2,
+        l1_sensitivity=2.0 * s.scaled_l1, tau=tau, fewest_clients=fewest,
+        most_clients=self._most,
+        participations=realized.max_participations + self._unlogged(realized)[0],
+        replayed_participations=self._unlogged(realized)[0], rounds=realized.num_rounds,
+        epsilon=epsilon, delta=self._delta, rdp_order=order,
+        round_epsilon=s.composed_epsilon(fewest, self._most, 1, self._delta)[0],
+        scope=self._scope, caveats=self._caveats)
+
+  def epsilon(self, realized):
+    if realized.num_rounds == 0 or realized.max_participations == 0:
+      return 0.0
+    return self.guarantee(realized)[0]
 
 
 RELEASE_LOG = "releases.jsonl"

@@ -249,11 +249,13 @@ def assess_noise(task: task_lib.Task, config: config_lib.TrainingConfig, mechani
   tf.keras.utils.set_random_seed(config.seed)
   weights = [np.asarray(w) for w in task.keras_model_fn().trainable_weights]
   norm = float(np.sqrt(sum(np.sum(np.square(w, dtype=np.float64)) for w in weights)))
+  dimension = int(sum(w.size for w in weights))
   return noise_guard.assess(
-      config, inverse, registry.expected_cohort(config, num_clients),
-      int(sum(w.size for w in weights)),
+      config, inverse, registry.expected_cohort(config, num_clients), dimension,
       norm if 0 < norm < np.inf else None,  # A model initialized at 0 has no scale to compare.
-      lambda sigma: entry.planned_epsilon_at(config, sigma, num_clients), num_clients)
+      lambda sigma: entry.planned_epsilon_at(config, sigma, num_clients,
+                                             **_dimension_kwargs(entry, dimension)),
+      num_clients)
 
 
 def build_aggregator(config: config_lib.TrainingConfig, mechanism: Any, num_clients: int,

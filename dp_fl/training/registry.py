@@ -191,6 +191,24 @@ class CpSgdSettings:
       _checks.check_positive("cpsgd_x_max", self.cpsgd_x_max)
 
 
+@dataclasses.dataclass(frozen=True)
+class DistributedDpSettings:
+  """The distributed discrete Gaussian / Skellam (TFF's DistributedDpSumFactory).
+
+  Attributes:
+    ddp_bits: B, bits per coordinate of each client's message and of the secure sum's
+      modulus 2^B (TFF scales the updates so the sum's 3.9 standard deviations fit).
+  """
+  ddp_bits: int = _setting(16, "", privacy=True)
+
+  MAX_BITS = 22  # TFF 0.87's own limit (distributed_dp.MAX_BITS; without importing TF here).
+
+  def __post_init__(self):
+    _checks.check_in_range("ddp_bits", self.ddp_bits, 1, self.MAX_BITS, integer=True,
+                           why="bits per coordinate of the secure sum; the distributed DP "
+                           "paper's runs use 12–18")
+
+
 class MechanismEntry(abc.ABC):
   """One `--mechanism` value: its aggregator, accountant, calibration and checks."""
 
@@ -266,10 +284,12 @@ class MechanismEntry(abc.ABC):
     return None
 
   def planned_epsilon_at(self, config: "config_lib.TrainingConfig", noise_multiplier: float,
-                         num_clients: Optional[int]) -> Optional[float]:
+                         num_clients: Optional[int], model_dimension: Optional[int] = None
+                         ) -> Optional[float]:
     """The ε the planned schedule reaches with σ = `noise_multiplier` (what the noise guard
-    suggests); None where this entry cannot re-plan it simply."""
-    del config, noise_multiplier, num_clients
+    suggests); None where this entry cannot re-plan it simply (`model_dimension`: passed to
+    the entries that `needs_model_dimension`)."""
+    del config, noise_multiplier, num_clients, model_dimension
     return None
 
 
@@ -593,24 +613,18 @@ class NoNoiseEntry(MechanismEntry):
             expected_cohort(config, num_clients)))))
 
 
-class CpSgdEntry(MechanismEntry):
-  """cpSGD, Rot(s_k(Bin(m, p)), HA) with secure aggregation (paper 000, Sec. 4.3).
+class DistributedEntry(MechanismEntry):
+  """A mechanism whose clients add their own noise shares to integer messages summed by secure
+  aggregation (cpSGD, the distributed discrete Gaussian, Skellam): every computed round is a
+  release (`client_randomness`: logged before it runs), its rounds are composed without
+  amplification (`COMPOSED`) at the smallest realized cohort, and its analysis depends on the
+  model's dimension (`needs_model_dimension`)."""
 
-  Its noise is set by m, the trials of each client's Bin(m, p) share: `--cpsgd_trials`, or
-  the smallest m whose noise in the sum has at least the std σζ of the Gaussian-equivalent
-  `--noise_multiplier` σ (which `--calibrate_epsilon` calibrates). Its analysis depends on the
-  model's dimension, which the program passes (`needs_model_dimension`).
-  """
-
-  name = "cpsgd"
-  description = "cpSGD: Rot(s_k(Bin(m, p)), HA), distributed Binomial noise (paper 000)"
   needs_model_dimension = True
   client_randomness = True
   accounting = schemes.COMPOSED  # Its rounds composed, without amplification by sampling.
-  settings_type = CpSgdSettings
 
-  @staticmethod
-  def check_workers(config) -> None:
+  def check_workers(self, config) -> None:
     """With --workers, each worker returns to this process the sum of its clients' messages
     (`dp_fl/execution/remote_workers.py`): refuses a cohort that would leave a worker too few
     clients."""
@@ -623,7 +637,7 @@ class CpSgdEntry(MechanismEntry):
     least = remote_workers.MIN_CLIENTS_PER_SECURE_PARTIAL
     if config.clients_per_round < least * count:
       raise ValueError(
-          f"--mechanism=cpsgd with --workers={workers} ({count} workers) and "
+          f"--mechanism={self.name} with --workers={workers} ({count} workers) and "
           f"--clients_per_round={config.clients_per_round}: each worker returns to this "
           "process the sum of its clients' integer messages, which carries only their noise "
           f"shares, so a worker needs at least {least} clients of a round (over one client "
@@ -632,21 +646,121 @@ class CpSgdEntry(MechanismEntry):
           f"{least * count}.")
 
   def check_config(self, config):
-    from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
-    settings = config.mechanism_settings
+    self.check_distributed(config)
+    super().check_config(config)
+
+  def check_distributed(self, config) -> None:
+    """What every distributed-DP run needs: workers with enough clients each, and no
+    discarded rounds (each is released all the same)."""
     self.check_workers(config)
-    cpsgd_accounting.check_symmetric(settings.cpsgd_p)
-    self.check_participation(config)
     if config.on_nonfinite == "discard":
       raise ValueError(
-          "--mechanism=cpsgd with --on_nonfinite=discard: the server sees every round's sum "
-          "(distributed DP trusts it with nothing else), so a discarded round is still "
-          "released and the ledger would not count it. Use --on_nonfinite=stop.")
+          f"--mechanism={self.name} with --on_nonfinite=discard: the server sees every "
+          "round's sum (distributed DP trusts it with nothing else), so a discarded round is "
+          "still released and the ledger would not count it. Use --on_nonfinite=stop.")
+
+  def planned(self, config, num_clients=None) -> tuple[int, int]:
+    """(k, smallest cohort) of the participation the run's scheduler realizes
+    (`calibration.py`: emulated, worst trial, with a margin; full cohorts of
+    `clients_per_round` where the population is not known)."""
+    planned = planned_participation(config, num_clients)
+    cohort = planned.min_cohort or config.clients_per_round
+    return planned.max_participations, min(cohort, config.clients_per_round)
+
+  def calibrated_participation(self, config, num_clients):
+    return planned_participation(config, num_clients)
+
+
+class DistributedDpEntry(DistributedEntry):
+  """The distributed discrete Gaussian (`ddgauss`; Kairouz, Liu & Steinke 2021) or the
+  distributed Skellam mechanism (`skellam`; Agarwal, Kairouz & Liu 2021), TFF 0.87's own
+  `DistributedDpSumFactory` (`dp_fl/aggregators/distributed_dp.py`): each client rotates,
+  clips to c, scales, rounds and adds its integer noise share; the B-bit messages are summed
+  modulo 2^B (`--ddp_bits`). `--noise_multiplier` is TFF's z (the central noise std over c);
+  `--calibrate_epsilon` sets z by the mechanism's Rényi DP for the planned participation."""
+
+  settings_type = DistributedDpSettings
+
+  def __init__(self, name: str, description: str):
+    self.name = name
+    self.description = description
+
+  def setting(self, config, model_dimension: Optional[int], noise_multiplier=None):
+    """The run's `distributed_dp.Setting`: one round of m = `clients_per_round` clients."""
+    from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+    if model_dimension is None:
+      raise ValueError(f"--mechanism={self.name} needs the model's dimension (its scale and "
+                       "sensitivities depend on it).")
+    return distributed_dp.setting_at(
+        self.name, config.noise_multiplier if noise_multiplier is None else noise_multiplier,
+        config.clients_per_round, model_dimension, config.mechanism_settings.ddp_bits,
+        config.delta, config.clip_norm)
+
+  def aggregator(self, config, mechanism, num_clients, noise_seed=None, model_dimension=None):
+    """TFF's factory in `DistributedDpMeanFactory`. The clients' noise is their own OS
+    entropy, whatever `noise_seed` says (TFF's factory takes none): like cpSGD's shares, it
+    is never reproducible."""
+    from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+    del mechanism, num_clients, noise_seed
+    self.setting(config, model_dimension)  # Refuses a B that cannot hold the sum.
+    return distributed_dp.DistributedDpMeanFactory(
+        self.name, noise_multiplier=config.noise_multiplier, clip_norm=config.clip_norm,
+        bits=config.mechanism_settings.ddp_bits, clients_per_round=config.clients_per_round)
+
+  def accountant(self, config, mechanism, num_clients, model_dimension=None):
+    del mechanism, num_clients
+    return privacy_lib.DistributedDpAccountant(
+        self.setting(config, model_dimension), config.clip_norm, model_dimension,
+        config.clients_per_round, config.delta, config.root_dir,
+        scope=privacy_lib.distributed_scope(config, self.name))
+
+  def calibrate(self, config, target_epsilon, num_clients=None, model_dimension=None):
+    """The smallest z (to 0.1 %) whose ε for the participation the run's scheduler realizes
+    — k participations, sums of between the smallest planned cohort and m shares — is <=
+    `target_epsilon` (`distributed_dp.calibrated_setting`)."""
+    from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+    if model_dimension is None:
+      self.setting(config, model_dimension)  # Raises the clear error.
+    k, cohort = self.planned(config, num_clients)
+    setting = _cached(distributed_dp.calibrated_setting, self.name, target_epsilon,
+                      config.delta, config.clients_per_round, model_dimension,
+                      config.mechanism_settings.ddp_bits, config.clip_norm,
+                      fewest_clients=cohort, releases=k)
+    return setting.noise_multiplier
+
+  def planned_epsilon_at(self, config, noise_multiplier, num_clients, model_dimension=None):
+    if model_dimension is None:
+      return None
+    k, cohort = self.planned(config, num_clients)
+    return self.setting(config, model_dimension, noise_multiplier).composed_epsilon(
+        cohort, config.clients_per_round, k, config.delta)[0]
+
+
+class CpSgdEntry(DistributedEntry):
+  """cpSGD, Rot(s_k(Bin(m, p)), HA) with secure aggregation (paper 000, Sec. 4.3).
+
+  Its noise is set by m, the trials of each client's Bin(m, p) share: `--cpsgd_trials`, or
+  the smallest m whose noise in the sum has at least the std σζ of the Gaussian-equivalent
+  `--noise_multiplier` σ (which `--calibrate_epsilon` calibrates). Its analysis depends on the
+  model's dimension, which the program passes (`needs_model_dimension`).
+  """
+
+  name = "cpsgd"
+  description = "cpSGD: Rot(s_k(Bin(m, p)), HA), distributed Binomial noise (paper 000)"
+  settings_type = CpSgdSettings
+
+  def check_config(self, config):
+    from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+    settings = config.mechanism_settings
+    cpsgd_accounting.check_symmetric(settings.cpsgd_p)
     if settings.cpsgd_trials == 0:
       raise ValueError("--cpsgd_trials=0 adds no noise (no privacy); use m >= 1, or "
                        "--mechanism=clip for the non-private baseline.")
     if settings.cpsgd_trials is None:
       super().check_config(config)
+    else:  # m sets the noise: σ may be 0.
+      self.check_distributed(config)
+      self.check_participation(config)
 
   @staticmethod
   def protocol(config, model_dimension: int, num_trials: Optional[int] = None):
@@ -691,14 +805,6 @@ class CpSgdEntry(MechanismEntry):
     """σ of the Gaussian with the same noise std in the sum: w √(n m p(1−p)) / ζ."""
     return protocol.noise_std_of_sum(config.clients_per_round) / config.clip_norm
 
-  def planned(self, config, num_clients=None) -> tuple[int, int]:
-    """(k, smallest cohort) of the participation the run's scheduler realizes
-    (`calibration.py`: emulated, worst trial, with a margin; full cohorts of
-    `clients_per_round` where the population is not known)."""
-    planned = planned_participation(config, num_clients)
-    cohort = planned.min_cohort or config.clients_per_round
-    return planned.max_participations, min(cohort, config.clients_per_round)
-
   def _epsilon_of_trials(self, config, trials, num_clients, model_dimension) -> float:
     """ε of m = `trials` for the planned participation (k, smallest cohort)."""
     from dp_fl.mechanisms import cpsgd  # pylint: disable=g-import-not-at-top
@@ -715,9 +821,6 @@ class CpSgdEntry(MechanismEntry):
       return target_epsilon, ""
     return (self._epsilon_of_trials(config, trials, num_clients, model_dimension),
             f"--cpsgd_trials={trials} sets the noise, not the target")
-
-  def calibrated_participation(self, config, num_clients):
-    return planned_participation(config, num_clients)
 
   def calibrate(self, config, target_epsilon, num_clients=None, model_dimension=None):
     """σ (Gaussian-equivalent) of the smallest m whose ε for the participation the run's
@@ -830,6 +933,10 @@ MECHANISMS: dict[str, MechanismEntry] = {e.name: e for e in (
     *_family_entries([e.name for e in _DP_FTRL_ENTRIES]),
     DpFedAvgEntry(),
     CpSgdEntry(),
+    DistributedDpEntry("ddgauss", "the distributed discrete Gaussian (Kairouz, Liu & Steinke "
+                       "2021) on TFF's DistributedDpSumFactory, B-bit secure sums"),
+    DistributedDpEntry("skellam", "the distributed Skellam mechanism (Agarwal, Kairouz & Liu "
+                       "2021) on TFF's DistributedDpSumFactory, B-bit secure sums"),
     NoNoiseEntry("none", "non-private FedAvg", clipped=False),
     NoNoiseEntry("clip", "non-private: the DP estimator (updates clipped to ζ, summed, / the "
                  "fixed cohort) without the noise", clipped=True),
