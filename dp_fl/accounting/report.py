@@ -734,11 +734,12 @@ class DistributedDpPrivacyReport:
         "final_mechanism_output": "Every round's aggregate (hence every intermediate model).",
         "unit_of_privacy": "User-level: all data of one client.",
         "adjacency": (
-            "Replace one client's update within a cohort of public size; each update is "
-            f"clipped to L2 norm c = {self.clip_norm:g}, rotated (randomized Hadamard, public "
-            "seed), scaled by γ⁻¹ and rounded to integers by TFF, whose bound on the rounded "
-            "vector's norm (the 'inflated' bound) gives the sensitivities Δ₂, Δ₁ (twice a "
-            "client's bound: replace-one)."),
+            "Zero-out: neighbouring datasets differ by replacing all contributions of one "
+            "client with zeros (as dp_fl's DP-FTRL; the client still adds its noise share). "
+            f"Each update is clipped to L2 norm c = {self.clip_norm:g}, rotated (randomized "
+            "Hadamard, public seed), scaled by γ⁻¹ and rounded to integers by TFF, whose bound "
+            "on the rounded vector's norm (the 'inflated' bound) is the sensitivity Δ₂ (Δ₁ its "
+            "L1 bound); a zero update stays zero. Replace-one neighbours would double both."),
         "accounting": (
             f"Rényi DP of {name} ({source}): each client adds {noise}; the sum of n shares is "
             "accounted with μ at the fewest shares of any of the client's rounds and (discrete "
@@ -773,7 +774,7 @@ class DistributedDpPrivacyReport:
         ("scale γ⁻¹", f"{self.scale_factor:.6g}"),
         ("each client's noise scale (scaled): stated, sampled",
          f"{self.local_stddev:.6g}, {self.sampled_stddev:.6g}"),
-        ("sensitivities of the integer sum Δ₂, Δ₁ (replace-one)",
+        ("sensitivities of the integer sum Δ₂, Δ₁ (zero-out)",
          f"{self.l2_sensitivity:.6g}, {self.l1_sensitivity:.6g}"),
         ("τ (Prop. 14; 0 for Skellam)", f"{self.tau:.3g}"),
         ("cohorts accounted: fewest, most", f"{self.fewest_clients}, {self.most_clients}"),

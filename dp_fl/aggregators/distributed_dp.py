@@ -48,10 +48,17 @@ from dp_fl import root_finding
 from dp_fl.aggregators import _types
 from dp_fl.aggregators import dp_ftrl
 from dp_fl.aggregators import guards
+from dp_fl.accounting import adaptive_clipping
 from dp_fl.accounting import discrete_gaussian
 from dp_fl.accounting import skellam
 from dp_fl.mechanisms import cpsgd
 
+# Neighbouring datasets, and how many times a client's norm bound the sum can move between
+# them: zero-out (one client's update replaced by zeros, as dp_fl's DP-FTRL reports; training)
+# or replace-one (by any other update: twice; cpSGD's paper 000 and the DME study).
+ZERO_OUT = adaptive_clipping.ZERO_OUT  # The adjacency names dp_fl's accounting uses.
+REPLACE_ONE = "replace_one"
+SENSITIVITY_MULTIPLES = {ZERO_OUT: 1.0, REPLACE_ONE: 2.0}
 # dp_fl's names of the mechanisms and TFF's.
 MECHANISMS = {"ddgauss": "distributed_dgauss", "skellam": "distributed_skellam"}
 # TFF 0.87's DistributedDpSumFactory settings kept at their defaults.
@@ -83,7 +90,8 @@ class Setting:
     sampled_stddev: the scale the noise is drawn with: ⌈local_stddev⌉ for the discrete
       Gaussian, local_stddev for Skellam.
     padded_dimension: d'.
-    epsilon: ε at δ for one release (replace-one).
+    epsilon: ε at δ of what it was built for: one release of n clients, replace-one
+      (`setting_at`), or the planned releases (`calibrated_setting`).
     rdp_order: the Rényi order achieving it.
     tau: τ of Prop. 14 (discrete Gaussian; 0 for Skellam).
   """
@@ -100,14 +108,25 @@ class Setting:
   rdp_order: float
   tau: float
 
+  def sensitivities(self, adjacency: str = REPLACE_ONE) -> tuple[float, float]:
+    """(Δ₂, Δ₁) of the integer sum between `adjacency` neighbours: TFF's scaled bounds on a
+    client's rounded vector, once (zero-out: the zero update rounds to zero) or twice
+    (replace-one)."""
+    if adjacency not in SENSITIVITY_MULTIPLES:
+      raise ValueError(f"`adjacency` must be one of {sorted(SENSITIVITY_MULTIPLES)}; got "
+                       f"{adjacency!r}.")
+    multiple = SENSITIVITY_MULTIPLES[adjacency]
+    return multiple * self.scaled_inflated_l2, multiple * self.scaled_l1
+
   def composed_epsilon(self, fewest_clients: int, most_clients: int, releases: int,
-                       delta: float) -> tuple[float, float, float]:
+                       delta: float, adjacency: str = REPLACE_ONE
+                       ) -> tuple[float, float, float]:
     """(ε, order, τ) at δ of `releases` sums of this setting's shares, each of between
     `fewest_clients` and `most_clients` clients (the scale and σ stay those of the m the
     setting was built for; realized cohorts vary): Prop. 14 with μ at the fewest shares and
     τ at the most (`discrete_gaussian.composed_epsilon`), or Thm. 3.5 at the fewest shares
     (the Skellam bound only worsens as the summed variance n σ² falls; τ = 0)."""
-    l2, l1 = 2.0 * self.scaled_inflated_l2, 2.0 * self.scaled_l1  # Replace-one: twice.
+    l2, l1 = self.sensitivities(adjacency)
     if self.mechanism == "ddgauss":
       return discrete_gaussian.composed_epsilon(l2, l1, self.sampled_stddev, fewest_clients,
                                                 most_clients, self.padded_dimension,
@@ -162,7 +181,8 @@ def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimens
 
 def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients: int,
                        dimension: int, bits: int, clip_norm: float, *,
-                       fewest_clients: Optional[int] = None, releases: int = 1) -> Setting:
+                       fewest_clients: Optional[int] = None, releases: int = 1,
+                       adjacency: str = REPLACE_ONE) -> Setting:
   """The setting of the smallest noise multiplier z (to 0.1 %) whose ε reaches the target:
   one release of `num_clients` shares, or (training) `releases` releases of between
   `fewest_clients` and `num_clients` shares each (`Setting.composed_epsilon`; the setting is
@@ -182,8 +202,9 @@ def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients
   def setting(z: float) -> Setting:
     if z not in evaluated:
       built = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm)
-      if (fewest, releases) != (num_clients, 1):
-        reached, order, tau = built.composed_epsilon(fewest, num_clients, releases, delta)
+      if (fewest, releases, adjacency) != (num_clients, 1, REPLACE_ONE):
+        reached, order, tau = built.composed_epsilon(fewest, num_clients, releases, delta,
+                                                     adjacency)
         built = dataclasses.replace(built, epsilon=reached, rdp_order=order, tau=tau)
       evaluated[z] = built
     return evaluated[z]

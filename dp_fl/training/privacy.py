@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from dp_fl.accounting import adaptive_clipping
 from dp_fl.accounting import dpfedavg
 from dp_fl.accounting import report as report_lib
 from dp_fl.participation import ledger as ledger_lib
@@ -376,7 +377,10 @@ class BinomialAccountant(_ComputedRoundsAccountant):
 class DistributedDpAccountant(_ComputedRoundsAccountant):
   """The distributed discrete Gaussian / Skellam (`dp_fl.aggregators.distributed_dp`): the
   setting's Rényi curve per round for sums of between the smallest realized cohort and m
-  shares (Prop. 14 of arXiv:2102.06387 needs both ends: τ grows with the shares), composed
+  shares (Prop. 14 of arXiv:2102.06387 needs both ends: τ grows with the shares), between
+  zero-out neighbours (DP-FTRL's adjacency in dp_fl: a client's update replaced by zeros,
+  which TFF's rotation and rounding keep zero; its sensitivity is TFF's bound on one client's
+  rounded vector, not twice it as for replace-one), composed
   over each client's realized participations plus every computation the ledger does not
   count (`ReleaseLog`, as cpSGD's)."""
 
@@ -401,27 +405,27 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
     """(ε, order, τ) of every client's participations, re-computed ones included."""
     releases = realized.max_participations + self._unlogged(realized)[0]
     return self._setting.composed_epsilon(self._fewest(realized), self._most, releases,
-                                          self._delta)
+                                          self._delta, adaptive_clipping.ZERO_OUT)
 
   def report(self, realized):
-    from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return None
     epsilon, order, tau = self.guarantee(realized)
     fewest = self._fewest(realized)
+    replayed = self._unlogged(realized)[0]
     s = self._setting
+    l2, l1 = s.sensitivities(adaptive_clipping.ZERO_OUT)
     return report_lib.DistributedDpPrivacyReport(
-        mechanism=s.mechanism, noise_multiplier=s.noise_multiplier,
-        clip_norm=self._clip, bits=s.bits,
-        dimension=self._dimension, padded_dimension=s.padded_dimension,
+        mechanism=s.mechanism, noise_multiplier=s.noise_multiplier, clip_norm=self._clip,
+        bits=s.bits, dimension=self._dimension, padded_dimension=s.padded_dimension,
         scale_factor=s.scale_factor, local_stddev=s.local_stddev,
-        sampled_stddev=s.sampled_stddev, l2_sensitivity=2.0 * s.scaled_inflated_l2,
-        l1_sensitivity=2.0 * s.scaled_l1, tau=tau, fewest_clients=fewest,
-        most_clients=self._most,
-        participations=realized.max_participations + self._unlogged(realized)[0],
-        replayed_participations=self._unlogged(realized)[0], rounds=realized.num_rounds,
-        epsilon=epsilon, delta=self._delta, rdp_order=order,
-        round_epsilon=s.composed_epsilon(fewest, self._most, 1, self._delta)[0],
+        sampled_stddev=s.sampled_stddev, l2_sensitivity=l2, l1_sensitivity=l1, tau=tau,
+        fewest_clients=fewest, most_clients=self._most,
+        participations=realized.max_participations + replayed,
+        replayed_participations=replayed, rounds=realized.num_rounds, epsilon=epsilon,
+        delta=self._delta, rdp_order=order,
+        round_epsilon=s.composed_epsilon(fewest, self._most, 1, self._delta,
+                                         adaptive_clipping.ZERO_OUT)[0],
         scope=self._scope, caveats=self._caveats)
 
   def epsilon(self, realized):

@@ -725,15 +725,16 @@ class DistributedDpEntry(DistributedEntry):
     setting = _cached(distributed_dp.calibrated_setting, self.name, target_epsilon,
                       config.delta, config.clients_per_round, model_dimension,
                       config.mechanism_settings.ddp_bits, config.clip_norm,
-                      fewest_clients=cohort, releases=k)
+                      fewest_clients=cohort, releases=k, adjacency=distributed_dp.ZERO_OUT)
     return setting.noise_multiplier
 
   def planned_epsilon_at(self, config, noise_multiplier, num_clients, model_dimension=None):
     if model_dimension is None:
       return None
+    from dp_fl.accounting import adaptive_clipping  # pylint: disable=g-import-not-at-top
     k, cohort = self.planned(config, num_clients)
     return self.setting(config, model_dimension, noise_multiplier).composed_epsilon(
-        cohort, config.clients_per_round, k, config.delta)[0]
+        cohort, config.clients_per_round, k, config.delta, adaptive_clipping.ZERO_OUT)[0]
 
 
 class CpSgdEntry(DistributedEntry):

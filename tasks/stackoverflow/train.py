@@ -76,6 +76,9 @@ PRESETS: dict[str, cli.Preset] = {
             # 1.55 (vs DP-SGD's 0.60) and it stays below unigram; ε = 32 (σ 0.52) learns past
             # it (docs/RESULTS.md). 256 levels: the discretization costs ≈ 1.2x in variance.
             "cpsgd": dict(clip_norm=0.3, client_epochs=2, cpsgd_levels=256),
+            # cpSGD's successors (TFF's DistributedDpSumFactory, issue #45): independent noise
+            # from the clients, DP-SGD's settings; 16 bits per coordinate by default.
+            **{m: dict(clip_norm=0.3, client_epochs=2) for m in ("ddgauss", "skellam")},
             # DP-FedAvg is paper 001's: Poisson user sampling (expected cohort 50), amplified.
             # Its noise is independent across rounds, as DP-SGD's: ζ = 0.3 with two local
             # epochs, as DP-SGD's preset (at BLT's ζ = 1 the guard warned, model noise 19×,
