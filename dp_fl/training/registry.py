@@ -269,11 +269,12 @@ class MechanismEntry(abc.ABC):
                      "has no noise to calibrate.")
 
   def planned_epsilon(self, config: "config_lib.TrainingConfig", target_epsilon: float,
-                      num_clients: Optional[int] = None) -> tuple[float, str]:
+                      num_clients: Optional[int] = None, model_dimension: Optional[int] = None
+                      ) -> tuple[float, str]:
     """(ε, why) the planned schedule reaches with `config`'s calibrated noise: the target,
     unless a setting other than σ fixes the noise (then what it gives, <= the target, and
     `why` names that setting)."""
-    del config, num_clients
+    del config, num_clients, model_dimension
     return target_epsilon, ""
 
   def calibrated_participation(self, config: "config_lib.TrainingConfig",
