@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import os
@@ -56,7 +57,9 @@ from dp_fl.mechanisms import dme
 CLIP_NORM = 1.0  # D. Every MSE ratio below is invariant to it.
 BINOMIAL_P = 0.5  # p of paper 000's experiments (Fig. 2).
 PARTICIPATIONS = 1  # One DME round.
-GAUSSIAN, DGAUSS = "gaussian", "dgauss"
+GAUSSIAN, DGAUSS, SKELLAM = "gaussian", "dgauss", "skellam"
+# The study's rows of TFF's distributed DP aggregator: method -> distributed_dp's mechanism.
+DISTRIBUTED = {DGAUSS: "ddgauss", SKELLAM: "skellam"}
 _INPUT_MEMORY_LIMIT_BYTES = 4 << 30  # The inputs are held as float32 (n × d).
 
 
@@ -217,33 +220,34 @@ def run(study: Study, progress: Callable[[str], None] = _progress) -> dict[str, 
 
 def run_dgauss(study: Study, input_name: str, vectors: Optional[np.ndarray],
                progress: Callable[[str], None] = _progress) -> list[dict[str, Any]]:
-  """The `dgauss` rows: z calibrated per (ε, B), measured in TFF on `vectors` (if given)."""
+  """The `dgauss` and `skellam` rows (TFF's distributed DP aggregator, issue #45 adds
+  Skellam): z calibrated per (ε, B), measured in TFF on `vectors` (if given)."""
   n, d = study.clients, study.dimension
   rows = []
   with (runtime.execution_context() if vectors is not None else contextlib.nullcontext()):
-    for epsilon in study.epsilons:
-      for bits in study.dgauss_bits:
-        row = _base_row(study, input_name, DGAUSS, epsilon)
-        row.update(bits_per_coordinate=bits, secure_sum_bits=bits,
-                   note="TFF DistributedDpSumFactory('distributed_dgauss', 'hd')")
-        rows.append(row)
-        try:
-          setting = distributed_dp.calibrated_setting("ddgauss", epsilon, study.delta, n, d,
-                                                      bits, CLIP_NORM)
-        except ValueError as e:
-          row["note"] = f"not reachable: {e}"
-          continue
-        row.update(epsilon_reached=setting.epsilon, mse_bound=setting.mse_bound(n),
-                   dgauss=dataclasses.asdict(setting))
-        if vectors is None:
-          continue
-        mean = vectors.astype(np.float64).mean(axis=0)
-        for rep in range(study.dgauss_repetitions):
-          progress(f"{input_name}: TFF distributed discrete Gaussian, ε = {epsilon:g}, "
-                   f"B = {bits}, z = {setting.noise_multiplier:.4g} ({rep + 1}/"
-                   f"{study.dgauss_repetitions})")
-          error = distributed_dp.noisy_sum(setting, vectors, CLIP_NORM) / n - mean
-          row["mse_runs"].append(float(error @ error))
+    for epsilon, bits, (method, mechanism) in itertools.product(
+        study.epsilons, study.dgauss_bits, DISTRIBUTED.items()):
+      row = _base_row(study, input_name, method, epsilon)
+      row.update(bits_per_coordinate=bits, secure_sum_bits=bits,
+                 note=f"TFF DistributedDpSumFactory('{distributed_dp.MECHANISMS[mechanism]}', "
+                      "'hd')")
+      rows.append(row)
+      try:
+        setting = distributed_dp.calibrated_setting(mechanism, epsilon, study.delta, n, d,
+                                                    bits, CLIP_NORM)
+      except ValueError as e:
+        row["note"] = f"not reachable: {e}"
+        continue
+      row.update(epsilon_reached=setting.epsilon, mse_bound=setting.mse_bound(n),
+                 dgauss=dataclasses.asdict(setting))
+      if vectors is None:
+        continue
+      mean = vectors.astype(np.float64).mean(axis=0)
+      for rep in range(study.dgauss_repetitions):
+        progress(f"{input_name}: TFF {method}, ε = {epsilon:g}, B = {bits}, z = "
+                 f"{setting.noise_multiplier:.4g} ({rep + 1}/{study.dgauss_repetitions})")
+        error = distributed_dp.noisy_sum(setting, vectors, CLIP_NORM) / n - mean
+        row["mse_runs"].append(float(error @ error))
   return rows
 
 
@@ -268,8 +272,10 @@ def markdown(output: dict[str, Any]) -> str:
     lines.append(f"- `{variant.name}`: {variant.label} ({variant.source})")
   lines.append(f"- `{DGAUSS}`: TFF's distributed discrete Gaussian at B bits (ε by Prop. 14 "
                "of arXiv:2102.06387)")
+  lines.append(f"- `{SKELLAM}`: TFF's distributed Skellam mechanism at B bits (ε by Thm. 3.5 "
+               "of arXiv:2110.04995; noise seeded from OS entropy)")
   lines += ["", "Ratios are to Thm. 2's Gaussian MSE (ratio 1); `bits` = bits per coordinate "
-            "of a client's message (⌈log₂(k+m)⌉ for cpSGD, B for dgauss), `SecAgg` = the "
+            "of a client's message (⌈log₂(k+m)⌉ for cpSGD, B for dgauss and skellam), `SecAgg` = the "
             "secure-sum width.", ""]
   for input_name in output["inputs"]:
     for epsilon in s["epsilons"]:
@@ -298,7 +304,7 @@ def markdown(output: dict[str, Any]) -> str:
 
 
 _STYLES = {"cpsgd_rot": ("-", "o"), "cpsgd_norot": ("--", "s"),
-           "cpsgd_norot_small_xmax": (":", "^"), DGAUSS: ("-.", "D")}
+           "cpsgd_norot_small_xmax": (":", "^"), DGAUSS: ("-.", "D"), SKELLAM: (":", "v")}
 
 
 def figure(output: dict[str, Any]) -> Any:

@@ -77,6 +77,8 @@ def run_row(root_dir: str) -> dict[str, Any]:
       "loss_over_unigram": (loss / unigram_loss if loss is not None and unigram_loss else None),
       "epsilon": summary.get("epsilon"), "delta": summary.get("delta"),
       "noise_multiplier": config.get("noise_multiplier"),
+      # Distributed DP (cpSGD, ddgauss, skellam): bits of each client's message per coordinate.
+      "bits_per_coordinate": report.get("bits_per_coordinate"),
       "clip_norm_initial": config.get("clip_norm"),
       "adaptive_target": (config.get("mechanism_settings") or {}).get(
           "target_unclipped_quantile"),
@@ -149,7 +151,9 @@ def markdown(rows: Sequence[dict[str, Any]], groups: Sequence[dict[str, Any]]) -
              f"{'learnable' if r['guard_learnable'] else 'beyond'}, "
              f"{_fmt(r['guard_learning_rate_scale'], '.3g')}")
     drift = "—" if not r["noise_drift"] else f"round {r['noise_drift']['round']}"
-    lines.append(f"| {r['run']} | {r['mechanism']} | {clip} | {metrics} | "
+    mechanism = r["mechanism"] + (f" ({r['bits_per_coordinate']} bits)"
+                                  if r.get("bits_per_coordinate") else "")
+    lines.append(f"| {r['run']} | {mechanism} | {clip} | {metrics} | "
                  f"{_fmt(r['loss_over_unigram'], '.3f')} | {_fmt(r['epsilon'])} | "
                  f"{_fmt(r['clip_budget_share'], '.3f')} | {guard} | {drift} |")
   if any(g["seeds"] > 1 for g in groups):

@@ -713,7 +713,8 @@ class DistributedDpPrivacyReport:
     return self.bits + max(0, math.ceil(math.log2(self.most_clients)))
 
   def to_dict(self) -> dict[str, Any]:
-    return _report_dict(self, rho=None, secure_aggregation_bits=self.secure_aggregation_bits)
+    return _report_dict(self, rho=None, secure_aggregation_bits=self.secure_aggregation_bits,
+                        bits_per_coordinate=self.bits)  # cpSGD's report's key too.
 
   def to_json(self) -> str:
     return json.dumps(self.to_dict(), indent=2, sort_keys=False)

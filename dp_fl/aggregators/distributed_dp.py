@@ -17,7 +17,8 @@ bound), adds integer noise of scale σ = z c/(γ√n), and the sum is taken modu
   seed is drawn from OS entropy inside the computation.
 
 TFF states no guarantee (its DP event is `UnsupportedDpEvent`); the replace-one
-sensitivities are Δ₂ = 2 × TFF's scaled inflated L2 bound and Δ₁ = 2 × its scaled L1 bound,
+sensitivities are Δ₂ = 2 × TFF's scaled inflated L2 bound and Δ₁ = 2 × its scaled L1 bound
+(zero-out: once, `Setting.sensitivities`),
 and `calibrated_setting` finds the smallest z reaching a target ε. Bits per coordinate = B
 (the client's message and the secure-sum modulus are both B bits). Its MSE "bound" is
 d'(σ² + 1/4)/(n γ⁻²): the noise's variance (<= σ², ⌈σ⌉² for the discrete Gaussian) plus
@@ -25,9 +26,11 @@ stochastic rounding's (<= 1/4), without wraps.
 
 Everything is computed by TFF 0.87's own functions, and `noisy_sum` checks that the process
 TFF builds uses the accounted scale, norm bound and noise. `DistributedDpMeanFactory` is the
-training aggregator (guards, TFF's factory with its bitwidth-B secure sums, at most m clients
-a round — checked, the discrete Gaussian's τ is accounted at m — and / m); not yet a
-registered mechanism (issue #45).
+training aggregator of `--mechanism=ddgauss` / `skellam` (dp_fl/training/registry.py,
+`DistributedDpEntry`): guards, TFF's factory with its bitwidth-B secure sums, at most m clients
+a round — checked, the discrete Gaussian's τ is accounted at m — and / m. Training accounts
+zero-out neighbours (dp_fl's DP-FTRL adjacency: Δ = TFF's bound on one client's rounded
+vector); the DME study replace-one (2×, as cpSGD's paper 000).
 """
 
 from __future__ import annotations

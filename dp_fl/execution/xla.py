@@ -133,6 +133,21 @@ def _uniquify(graph_def: Any, suffix: str) -> Any:
   return graph_def
 
 
+def _drop_control_inputs_on(graph_def: Any, placeholders: set[str]) -> None:
+  """Removes control inputs on the computation's parameter placeholders (`^arg...`).
+
+  `import_graph_def`'s input_map replaces a placeholder's tensor, not a control dependency on
+  it, so the placeholder would stay in the imported graph, unfed (TF then refuses to prune
+  the function: `UnliftableError`). A placeholder has no side effects: a control dependency
+  on it orders nothing. TFF's DistributedDpSumFactory, flattened (issue #45), has one.
+  """
+  for node in graph_def.node:
+    kept = [i for i in node.input if not (i.startswith("^") and i[1:] in placeholders)]
+    if len(kept) != len(node.input):
+      del node.input[:]
+      node.input.extend(kept)
+
+
 class TensorFlowFunction:
   """One TFF TensorFlow computation as a concrete TF function over flat tensors.
 
@@ -155,6 +170,7 @@ class TensorFlowFunction:
                           f"dp_fl{next(_IMPORTS)}")
     inputs = _binding_leaves(spec.parameter) if spec.HasField("parameter") else []
     outputs = _binding_leaves(spec.result)
+    _drop_control_inputs_on(graph_def, {name.split(":")[0] for name in inputs})
     nodes = {node.name: node for node in graph_def.node}
 
     def input_spec(name: str) -> tf.TensorSpec:

@@ -118,6 +118,11 @@ class CheckpointManager:
     numeric = {}
     for i, value in enumerate(arrays):
       array = np.asarray(value)
+      if array.dtype == object and all(isinstance(v, (bytes, str)) for v in array.flat):
+        # A TF string tensor read back by the in-process runtime (TFF's distributed DP
+        # state names its DP event): stored as bytes, as TFF's own runtime returns them.
+        array = np.asarray([v.encode() if isinstance(v, str) else v for v in array.flat],
+                           dtype=np.bytes_).reshape(array.shape)
       if array.dtype == object:
         raise ValueError(f"checkpoint array {i} has dtype object ({type(value).__name__}); "
                          "only numeric and string arrays can be checkpointed.")

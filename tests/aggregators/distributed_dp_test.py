@@ -58,6 +58,25 @@ def test_skellam_needs_no_more_noise_than_the_discrete_gaussian_at_many_bits():
   assert z["skellam"] == pytest.approx(z["ddgauss"], rel=0.15)
 
 
+@pytest.mark.parametrize("mechanism", sorted(distributed_dp.MECHANISMS))
+def test_zero_out_neighbours_move_the_sum_by_one_bound_and_cohorts_range(mechanism):
+  setting = distributed_dp.setting_at(mechanism, 0.8, N, D, BITS, DELTA, CLIP)
+  assert setting.sensitivities("zero_out") == (setting.scaled_inflated_l2, setting.scaled_l1)
+  assert setting.sensitivities("replace_one") == (2 * setting.scaled_inflated_l2,
+                                                  2 * setting.scaled_l1)
+  assert setting.composed_epsilon(N, N, 1, DELTA)[0] == setting.epsilon  # Replace-one.
+  zero_out = setting.composed_epsilon(N, N, 3, DELTA, "zero_out")[0]
+  assert zero_out < setting.composed_epsilon(N, N, 3, DELTA, "replace_one")[0]
+  # A range of realized cohorts bounds every cohort in it (each at its own n).
+  ranged = setting.composed_epsilon(N // 2, N, 3, DELTA, "zero_out")[0]
+  for n in range(N // 2, N + 1):
+    assert ranged >= setting.composed_epsilon(n, n, 3, DELTA, "zero_out")[0] * (1 - 1e-12)
+  with pytest.raises(ValueError, match="adjacency"):
+    setting.sensitivities("add_remove")
+  with pytest.raises(ValueError, match="fewest_clients"):
+    setting.composed_epsilon(N, N // 2, 1, DELTA)
+
+
 def test_a_bad_mechanism_is_named():
   with pytest.raises(ValueError, match="ddgauss"):
     distributed_dp.setting_at("gauss", 1.0, N, D, BITS, DELTA, CLIP)

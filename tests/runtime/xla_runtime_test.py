@@ -107,6 +107,39 @@ def test_cpsgd_runs_in_process_with_its_secure_modular_sum(tmp_path):
       np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_distributed_dp_runs_in_process_with_its_bitwidth_secure_sums(tmp_path, mechanism):
+  # TFF's DistributedDpSumFactory sums B-bit messages with federated_secure_sum_bitwidth (the
+  # server reduces modulo 2^B). Its clients draw their own shares, so no two runs agree
+  # bitwise; at B = 22 bits and z = 1e-3 the noise of the mean is z·c/m = 2.5e-4 per
+  # coordinate (two runs differ by √2 × that a round): the in-process runtime agrees with
+  # TFF's C++ worker to 5e-3 (a wrong decoding or a missing share would be off by O(1)).
+  task = toy_task.make_task()
+  config = toy_program.toy_config(str(tmp_path), ROUNDS, mechanism, participation="uniform",
+                                  noise_multiplier=1e-3, ddp_bits=22)
+  process = _process(task, config)
+  mapreduce = xla.MapReduceProcess(process)
+  # The B-bit messages (bitwidth 22: each value <= 2^22 − 1) and TFF's one-bit counts.
+  bounds = [int(np.max(b)) for b in xla.secure_bounds(mapreduce.form) if b is not None]
+  assert sorted(set(bounds)) == [1, 2 ** 22 - 1], bounds
+  state, leaves = process.initialize(), mapreduce.initialize()
+  for cohort in _cohorts(task)[:2]:  # At most clients_per_round = 4 clients (asserted).
+    expected, got = process.next(state, cohort), mapreduce.next(leaves, cohort)
+    state, leaves = expected.state, got.state
+    pairs = list(zip(tf.nest.flatten(expected.state),
+                     tf.nest.flatten(mapreduce.state(got.state))))
+    strings = [(a, b) for a, b in pairs if np.asarray(a).dtype.kind in "OSU"]
+    assert len(strings) == 2 and all(a == b for a, b in strings)  # TFF's dp_event names.
+    for a, b in pairs:  # Floats: weights, momentum, the DP state. (The int64 rotation
+      # seed is TFF's clock at each process's initialization.)
+      if np.asarray(a).dtype.kind == "f":
+        np.testing.assert_allclose(np.asarray(b, np.float64), np.asarray(a, np.float64),
+                                   rtol=0, atol=5e-3)
+  too_many = _cohorts(task)[2]  # 6 clients: more than the m = 4 the accounting allows.
+  with pytest.raises(Exception, match="more clients than the 4"):
+    mapreduce.next(leaves, too_many)
+
+
 def test_parallel_clients_give_bitwise_the_same_rounds(tmp_path):
   task = toy_task.make_task()
   process = _process(task, _preset_config(tmp_path, "blt"))

@@ -46,7 +46,7 @@ def test_every_method_on_every_input_with_the_expected_keys(study):
   assert output["setting"]["clients"] == N and output["setting"]["dimension"] == D
   methods = {(r["input"], r["method"]) for r in output["rows"]}
   variants = {"gaussian", "cpsgd_rot", "cpsgd_norot", "cpsgd_norot_small_xmax"}
-  assert methods == ({("sphere", m) for m in variants | {"dgauss"}}
+  assert methods == ({("sphere", m) for m in variants | {"dgauss", "skellam"}}
                      | {("spike", m) for m in variants})
   keys = {"input", "method", "epsilon", "delta", "levels", "binomial_trials",
           "bits_per_coordinate",
@@ -71,7 +71,7 @@ def test_measured_mse_is_within_the_theory_bound(study):
   for r in output["rows"]:
     if r["method"] == "cpsgd_norot_small_xmax" and r["clipped_values"]:
       continue  # Thm. 3's bound assumes nothing is clipped; the spikes are.
-    if r["method"] == "dgauss":  # Also catches noise smaller than the accounted σ.
+    if r["method"] in ("dgauss", "skellam"):  # Also catches noise below the accounted σ.
       assert 0.5 * r["mse_bound"] <= r["mse_measured"] <= 2.0 * r["mse_bound"], r
       continue
     assert r["mse_measured"] <= r["mse_bound"] * (1.0 + _slack()), r
@@ -106,12 +106,16 @@ def test_rotation_beats_no_rotation_on_skewed_inputs(study):
   assert small[16]["mse_measured"] > rot[16]["mse_measured"] + 0.5 * bias
 
 
-def test_dgauss_is_calibrated_to_the_target_epsilon(study):
+def test_dgauss_and_skellam_are_calibrated_to_the_target_epsilon(study):
   output, _ = study
   (r,) = _rows(output, method="dgauss")
   assert 0.97 * EPSILON <= r["epsilon_reached"] <= EPSILON
   assert r["dgauss"]["sampled_stddev"] == math.ceil(r["dgauss"]["local_stddev"])
   assert r["ratio_measured"] < 3.0  # 16 bits at n = 200: close to the Gaussian.
+  (s,) = _rows(output, method="skellam")
+  assert 0.97 * EPSILON <= s["epsilon_reached"] <= EPSILON
+  assert s["dgauss"]["sampled_stddev"] == s["dgauss"]["local_stddev"]  # No rounding up.
+  assert s["ratio_measured"] < 3.0
 
 
 def test_outputs_markdown_and_png(study):

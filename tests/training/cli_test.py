@@ -17,7 +17,7 @@ _FLAG_DEFAULTS = {
     "noise_multiplier": 1.0, "clip_norm": 1.0, "seed": 0, "reproducible_noise_seed": None,
     "min_sep": 1, "max_participations": None, "blt_buffers": 4, "bands": None,
     "mechanism_params": None, "cpsgd_levels": 16, "cpsgd_trials": None, "cpsgd_p": 0.5,
-    "cpsgd_x_max": None, "participation": "device_timer", "timer_hours": 24.0,
+    "cpsgd_x_max": None, "ddp_bits": 16, "participation": "device_timer", "timer_hours": 24.0,
     "round_hours": 1.0, "availability": "always", "population_sampling_rate": None,
     "sampling_probability": None, "warm_start": True,  # b-min-sep (issue #44).
     "client_optimizer": "sgd", "client_learning_rate": 0.5, "client_epochs": 1,
@@ -68,6 +68,7 @@ def test_every_flag_keeps_its_name_default_and_help():
                                             ("bandmf", "min_sep_rounds", "xla"),
                                             ("dpfedavg", "poisson", "tff_worker"),
                                             ("cpsgd", "uniform", "workers"),
+                                            ("ddgauss", "uniform", "tff_worker"),
                                             ("blt", "b_min_sep", "tff_worker")):
     config = registry.make_config(task="toy", root_dir="/tmp/unused", rounds=5,
                                   clients_per_round=5, mechanism=mechanism,

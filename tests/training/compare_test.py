@@ -200,6 +200,27 @@ def test_each_private_mechanism_under_each_participation_at_one_epsilon(tmp_path
   assert len(table_rows) == 2 and not any("±" in line for line in table_rows)  # One seed.
 
 
+def test_the_distributed_mechanisms_are_compared_at_the_same_epsilon(tmp_path):
+  """Issue #45: ddgauss and skellam rows next to central DP-SGD, each calibrated by its own
+  accounting (the distributed ones need the model's dimension) to the same ε."""
+  task = toy_task.make_task()
+
+  def config_for(mechanism, participation=None):
+    del participation
+    return toy_program.toy_config(str(tmp_path / "unused"), 4, mechanism, server_momentum=0.0,
+                                  participation="uniform", reproducible_noise_seed=5)
+
+  output = compare.compare(task, config_for, mechanisms=("dpsgd", "ddgauss", "skellam"),
+                           target_epsilon=8.0, out_dir=str(tmp_path), lr_factors=(1.0,),
+                           seeds=1, progress=lambda line: None)
+  rows = {r["mechanism"]: r for r in output["rows"]}
+  assert set(rows) == {"dpsgd", "ddgauss", "skellam"}
+  for row in rows.values():
+    assert 7.5 < row["epsilon"] <= 8.0 * (1 + 1e-6), row
+  # Both distributed rows pay for TFF's rounding and the Rényi conversion: more noise.
+  assert rows["ddgauss"]["noise_multiplier"] > rows["dpsgd"]["noise_multiplier"]
+
+
 def test_rerunning_a_comparison_reads_finished_runs_back(comparison):
   """A comparison that stopped (machine lost, Ctrl-C) is resumed by rerunning it: every
   finished run comes back from its checkpoint with the same figures, nothing is retrained."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import warnings
 from typing import Any, Optional
@@ -308,19 +309,10 @@ def check_claim(audit: Audit) -> None:
       f"reported ε {reported['epsilon']} < true ε {audit.true_epsilon}")
 
 
-def audit_cpsgd_run(task, config) -> dict[str, Any]:
-  """An independent audit of a cpSGD run's claim from its checkpoint and release log.
-
-  Every computation of a round is a release (the clients' shares are fresh each time), so
-  the truth is, client by client, the number of logged computations it was in — whatever
-  cohorts a resume or a fresh restart drew. The audit assumes nothing about which
-  computation a round's applied row came from; it checks that each applied row (the
-  checkpoint's participation record) was logged, and that no computed cohort is missing its
-  clients. Returns the most participations of any client (brute force over clients), the
-  smallest cohort of any computation, the ε they imply, and the report.
-  """
-  from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
-  from dp_fl.mechanisms import cpsgd as cpsgd_math  # pylint: disable=g-import-not-at-top
+def logged_computations(config) -> dict[int, list[tuple[int, ...]]]:
+  """Every computation of a distributed-DP run, by 1-based round, from its release log —
+  checked against the checkpoint: each applied row (the ledger's cohort) was logged, and no
+  logged cohort is missing its clients."""
   from dp_fl.training import privacy  # pylint: disable=g-import-not-at-top
   restored = checkpoints_lib.CheckpointManager(
       os.path.join(config.root_dir, "checkpoints")).restore_latest()
@@ -336,23 +328,101 @@ def audit_cpsgd_run(task, config) -> dict[str, Any]:
     applied = tuple(int(c) for c in ledger.round_clients(r))
     assert applied in computations.get(r + 1, []), (
         f"applied round {r + 1} (clients {applied}) is not in the release log")
-  per_client: dict[int, int] = {}
+  return computations
+
+
+def _cohorts_per_client(computations) -> dict[int, list[int]]:
+  """Each client's computations, as the sizes of their cohorts (brute force over the log)."""
+  per_client: dict[int, list[int]] = {}
   for cohorts in computations.values():
     for cohort in cohorts:
       for c in cohort:
-        per_client[c] = per_client.get(c, 0) + 1
-  participations = max(per_client.values())
-  cohorts = [len(c) for cohort_list in computations.values() for c in cohort_list if c]
+        per_client.setdefault(c, []).append(len(cohort))
+  return per_client
+
+
+def _reported(config) -> dict[str, Any]:
+  with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def audit_cpsgd_run(task, config) -> dict[str, Any]:
+  """An independent audit of a cpSGD run's claim from its checkpoint and release log.
+
+  Every computation of a round is a release (the clients' shares are fresh each time), so
+  the truth is, client by client, the number of logged computations it was in — whatever
+  cohorts a resume or a fresh restart drew. The audit assumes nothing about which
+  computation a round's applied row came from (`logged_computations`). Returns the most
+  participations of any client (brute force over clients), the smallest cohort of any
+  computation, the ε they imply, and the report.
+  """
+  from dp_fl.accounting import cpsgd as cpsgd_accounting  # pylint: disable=g-import-not-at-top
+  from dp_fl.mechanisms import cpsgd as cpsgd_math  # pylint: disable=g-import-not-at-top
+  per_client = _cohorts_per_client(logged_computations(config))
+  participations = max(len(v) for v in per_client.values())
+  cohort = min(min(v) for v in per_client.values())
   dimension = program.model_dimension(task)
   protocol = registry.mechanism("cpsgd").protocol(config, dimension)
   true_epsilon = cpsgd_accounting.composed_epsilon(
       protocol.num_levels, protocol.num_trials, protocol.p, protocol.x_max, protocol.clip_norm,
-      cpsgd_math.padded_dimension(dimension), min(cohorts), participations,
+      cpsgd_math.padded_dimension(dimension), cohort, participations,
       config.delta).epsilon
-  with open(os.path.join(config.root_dir, "privacy_report.json"), encoding="utf-8") as f:
-    reported = json.load(f)
-  return {"participations": participations, "cohort": min(cohorts),
-          "true_epsilon": true_epsilon, "reported": reported}
+  return {"participations": participations, "cohort": cohort,
+          "true_epsilon": true_epsilon, "reported": _reported(config)}
+
+
+# Rényi orders of the audit's conversion (integers, where both theorems hold).
+_AUDIT_ORDERS = np.arange(2, 1025, dtype=np.float64)
+
+
+def distributed_dp_curve(mechanism: str, l2: float, l1: float, sigma: float, shares: int,
+                         dimension: int) -> np.ndarray:
+  """One release's Rényi curve over `_AUDIT_ORDERS`, written out from the papers for the
+  audit (not dp_fl's code): Kairouz, Liu & Steinke 2021 Prop. 14 for `ddgauss` (n shares of
+  N_Z(0, σ²)), Agarwal, Kairouz & Liu 2021 Thm. 3.5 for `skellam` (variance n σ²)."""
+  a = _AUDIT_ORDERS
+  if mechanism == "skellam":
+    mu = shares * sigma ** 2
+    return a * l2 ** 2 / (2 * mu) + np.minimum(((2 * a - 1) * l2 ** 2 + 6 * l1) / (4 * mu ** 2),
+                                               3 * l1 / (2 * mu))
+  tau = 10 * sum(math.exp(-2 * math.pi ** 2 * sigma ** 2 * k / (k + 1)) for k in range(1, shares))
+  m2, m1 = l2 / (math.sqrt(shares) * sigma), l1 / (math.sqrt(shares) * sigma)
+  return np.minimum(np.minimum(a / 2 * m2 ** 2 + tau * dimension,
+                               a / 2 * (m2 ** 2 + 2 * m1 * tau + tau ** 2 * dimension)),
+                    a / 2 * (m2 + math.sqrt(dimension) * tau) ** 2)
+
+
+def rdp_to_epsilon(curve: np.ndarray, delta: float) -> float:
+  """Canonne, Kamath & Steinke 2020 Prop. 12 (as dp_accounting converts), written out:
+  ε = min_α ε(α) + log((α−1)/α) − (log δ + log α)/(α−1)."""
+  a = _AUDIT_ORDERS
+  return float(np.min(curve + np.log1p(-1 / a) - (math.log(delta) + np.log(a)) / (a - 1)))
+
+
+def audit_distributed_dp_run(config) -> dict[str, Any]:
+  """An independent audit of a `ddgauss` / `skellam` run's claim from its checkpoint, its
+  release log and the values TFF's process reported (metrics/train.csv: the scale factor,
+  the scaled norm bound it enforced and each client's noise scale). The truth is brute force
+  over clients: each client's computations composed, each at its own cohort's size (exact
+  where the report bounds every cohort by the fewest and the most shares)."""
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(config.root_dir, "metrics", "train.csv"), encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  prefix = "aggregator/distributed_dp/"
+  l2 = max(float(r[prefix + "scaled_inflated_l2"]) for r in rows)
+  stddev = max(float(r[prefix + "scaled_local_stddev"]) for r in rows)
+  dimension = int(rows[0][prefix + "padded_dim"])
+  sigma = math.ceil(stddev) if config.mechanism == "ddgauss" else stddev
+  l1 = math.ceil(l2 * min(math.sqrt(dimension), l2))  # TFF's L1 bound of its DP query.
+  per_client = _cohorts_per_client(logged_computations(config))
+  epsilons = [rdp_to_epsilon(sum(distributed_dp_curve(config.mechanism, l2, l1, sigma, n,
+                                                       dimension) for n in cohorts),
+                             config.delta)
+              for cohorts in per_client.values()]
+  return {"true_epsilon": max(epsilons),
+          "participations": max(len(v) for v in per_client.values()),
+          "cohort": min(min(v) for v in per_client.values()),
+          "l2": l2, "sigma": sigma, "reported": _reported(config)}
 
 
 def check_recipe_run(task, config_for, pauses=(2,)):

@@ -46,6 +46,7 @@ def test_every_entry_declares_its_settings():
   assert registry.mechanism("bsr").settings_type is registry.BandedSettings
   assert registry.mechanism("two_band").settings_type is registry.DpFtrlSettings
   assert registry.mechanism("cpsgd").settings_type is registry.CpSgdSettings
+  assert registry.mechanism("ddgauss").settings_type is registry.DistributedDpSettings
   kinds = {}
   for name, (kind, field) in registry.setting_fields().items():
     kinds.setdefault(kind, []).append(name)
@@ -53,7 +54,7 @@ def test_every_entry_declares_its_settings():
   assert kinds["mechanism"] == ["target_unclipped_quantile", "clip_learning_rate",
                                 "clip_search_step", "clip_count_stddev", "clip_budget_share", "mechanism_params",
                                 "max_participations", "blt_buffers", "bands", "cpsgd_levels",
-                                "cpsgd_trials", "cpsgd_p", "cpsgd_x_max"]
+                                "cpsgd_trials", "cpsgd_p", "cpsgd_x_max", "ddp_bits"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
                                     "population_sampling_rate", "sampling_probability",
                                     "warm_start"]
