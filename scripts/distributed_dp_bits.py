@@ -1,0 +1,141 @@
+"""What the distributed discrete Gaussian and Skellam cost in noise at each bit width (issue #45).
+
+For a model of d parameters, cohorts of n clients, k participations per client and each target
+ε (δ), prints the noise multiplier z each mechanism needs at each B bits per coordinate
+(`--mechanism=ddgauss` / `skellam`, zero-out neighbours as in training:
+`distributed_dp.calibrated_setting`), next to two central references — the continuous
+Gaussian through the same Rényi conversion (what the distributed mechanisms tend to with many
+bits) and DP-SGD's exact Gaussian (`zcdp`, what `--mechanism=dpsgd` calibrates) — and where
+the gap comes from: TFF's rounding inflates the clip norm to `inflated_l2 / c` (√d' grid steps
+of γ), while the discrete Gaussian draws with ⌈σ⌉ (a little more noise than stated). Defaults: the StackOverflow quick job (d of
+its LSTM, n = 50, k = 1).
+
+  .venv/bin/python -m scripts.distributed_dp_bits --epsilons 8,20 --bits 12,14,16,18,20
+  ./bazelw run //scripts:distributed_dp_bits -- --format json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from typing import Any, Optional, Sequence
+
+from dp_fl import _checks
+from dp_fl import exits
+from dp_fl import root_finding
+from dp_fl.accounting import discrete_gaussian
+from dp_fl.accounting import zcdp
+
+STACKOVERFLOW_QUICK_DIMENSION = 365_588  # The quick preset's LSTM (tasks/stackoverflow/train.py).
+
+
+def renyi_gaussian_multiplier(epsilon: float, releases: int, delta: float) -> float:
+  """z of the continuous Gaussian (sensitivity 1) whose k releases reach ε through the RDP
+  conversion the distributed mechanisms use: Prop. 14 with one share (τ = 0) is α/(2z²)."""
+  def epsilon_at(z: float) -> float:
+    return discrete_gaussian.composed_epsilon(1.0, 1.0, z, 1, 1, 1, releases, delta)[0]
+  return root_finding.bisect(lambda z: not epsilon_at(z) <= epsilon, 1e-3, 1e4,
+                             relative_tolerance=1e-4)
+
+
+def rows(dimension: int, clients: int, participations: int, epsilons: Sequence[float],
+         bits: Sequence[int], delta: float, clip_norm: float) -> list[dict[str, Any]]:
+  """One row per (ε, mechanism, B): z, its ratio to DP-SGD's, and the inflation terms."""
+  from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+  out = []
+  for epsilon in epsilons:
+    central = zcdp.noise_multiplier_for_epsilon(math.sqrt(participations), epsilon, delta)
+    renyi = renyi_gaussian_multiplier(epsilon, participations, delta)
+    out.append({"epsilon": epsilon, "mechanism": "dpsgd (exact Gaussian)", "bits": None,
+                "noise_multiplier": central, "vs_dpsgd": 1.0})
+    out.append({"epsilon": epsilon, "mechanism": "Gaussian, Rényi conversion", "bits": None,
+                "noise_multiplier": renyi, "vs_dpsgd": renyi / central})
+    for mechanism, b in itertools.product(("ddgauss", "skellam"), bits):
+      row = {"epsilon": epsilon, "mechanism": mechanism, "bits": b,
+             "secure_aggregation_bits": b + math.ceil(math.log2(clients))}
+      try:
+        s = distributed_dp.calibrated_setting(
+            mechanism, epsilon, delta, clients, dimension, b, clip_norm,
+            fewest_clients=clients, releases=participations, adjacency=distributed_dp.ZERO_OUT)
+      except ValueError as e:
+        out.append(dict(row, noise_multiplier=None, vs_dpsgd=None, note=str(e)))
+        continue
+      out.append(dict(
+          row, noise_multiplier=s.noise_multiplier, vs_dpsgd=s.noise_multiplier / central,
+          epsilon_reached=s.epsilon, scale_factor=s.scale_factor,
+          norm_inflation=s.scaled_inflated_l2 / (s.scale_factor * clip_norm),
+          stddev_rounding=s.sampled_stddev / s.local_stddev, padded_dimension=s.padded_dimension))
+  return out
+
+
+def markdown(table: Sequence[dict[str, Any]], setting: dict[str, Any]) -> str:
+  lines = [f"d = {setting['dimension']}, n = {setting['clients']}, k = "
+           f"{setting['participations']}, δ = {setting['delta']:g}, zero-out neighbours", "",
+           "| ε | mechanism | B (SecAgg field) | z | z / DP-SGD's | clip norm inflated × | "
+           "σ rounded up × |", "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in table:
+    def fmt(key: str, spec: str = ".4g") -> str:
+      return "—" if r.get(key) is None else format(r[key], spec)
+    bits = ("—" if r["bits"] is None else
+            f"{r['bits']} ({r['secure_aggregation_bits']})")
+    lines.append(f"| {r['epsilon']:g} | {r['mechanism']} | {bits} | "
+                 + (fmt("noise_multiplier") if r.get("noise_multiplier") is not None
+                    else "not reachable") + f" | {fmt('vs_dpsgd', '.3f')} | "
+                 f"{fmt('norm_inflation', '.4f')} | {fmt('stddev_rounding', '.4f')} |")
+  return "\n".join(lines) + "\n"
+
+
+def _numbers(flag: str, text: str, kind: type) -> tuple[Any, ...]:
+  try:
+    values = tuple(kind(v) for v in text.split(",") if v.strip())
+  except ValueError:
+    raise ValueError(f"{flag}={text!r}: expected comma-separated numbers, e.g. "
+                     f"{flag}={'8,20' if kind is float else '14,16'}.") from None
+  if not values:
+    raise ValueError(f"{flag}={text!r} names no value.")
+  return values
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--dimension", type=int, default=STACKOVERFLOW_QUICK_DIMENSION,
+                      help="d, the model's parameters (default: the StackOverflow quick LSTM)")
+  parser.add_argument("--clients", type=int, default=50, help="n, clients per round")
+  parser.add_argument("--participations", type=int, default=1, help="k per client")
+  parser.add_argument("--epsilons", default="8,20", help="target ε values, comma-separated")
+  parser.add_argument("--bits", default="12,14,16,18,20", help="B values, comma-separated")
+  parser.add_argument("--delta", type=float, default=1e-5)
+  parser.add_argument("--clip_norm", type=float, default=0.3,
+                      help="c (the StackOverflow preset's DP-SGD and distributed DP ζ)")
+  parser.add_argument("--format", choices=("table", "json"), default="table")
+  exits.add_debug_flag(parser)
+  args = parser.parse_args(None if argv is None else list(argv))
+
+  def body() -> int:
+    setting = dict(
+        dimension=_checks.check_positive_int("--dimension", args.dimension),
+        clients=_checks.check_positive_int("--clients", args.clients),
+        participations=_checks.check_positive_int("--participations", args.participations),
+        delta=_checks.check_open_unit("--delta", args.delta),
+        clip_norm=_checks.check_positive("--clip_norm", args.clip_norm))
+    epsilons = tuple(_checks.check_positive("--epsilons", e)
+                     for e in _numbers("--epsilons", args.epsilons, float))
+    bits = tuple(_checks.check_in_range("--bits", b, 1, 22, integer=True,
+                                        why="TFF's DistributedDpSumFactory takes 1..22")
+                 for b in _numbers("--bits", args.bits, int))
+    table = rows(setting["dimension"], setting["clients"], setting["participations"],
+                 epsilons, bits, setting["delta"], setting["clip_norm"])
+    if args.format == "json":
+      print(json.dumps({"setting": setting, "rows": table}, indent=1))
+    else:
+      print(markdown(table, setting), end="")
+    return exits.COMPLETED
+
+  return exits.guarded(body, debug=args.debug)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
