@@ -565,8 +565,23 @@ class AmplifiedPrivacyReport:
                      self.caveats)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _DistributedReport:
+  """What every distributed-DP report has beside its mechanism's quantities (cpSGD's,
+  the distributed discrete Gaussian's and Skellam's): a Rényi DP statement, not zCDP."""
+  notes: tuple[str, ...] = ()
+  rho: float = float("nan")  # Not a zCDP statement; kept for a uniform interface.
+  sensitivity_is_lower_bound: bool = False
+  scope: tuple[tuple[str, str], ...] = ()
+  caveats: tuple[str, ...] = ()
+  epsilon_lower_bound: Optional[float] = None
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+
 @dataclasses.dataclass(frozen=True)
-class BinomialPrivacyReport:
+class BinomialPrivacyReport(_DistributedReport):
   """The DP statement of a cpSGD run, Rot(s_k(Bin(m, p)), HA) (paper 000, Sec. 4; accounted by
   `dp_fl.accounting.cpsgd`).
 
@@ -592,18 +607,9 @@ class BinomialPrivacyReport:
   bits_per_coordinate: int
   secure_sum_bits: int
   noise_multiplier: float
-  notes: tuple[str, ...] = ()
-  rho: float = float("nan")  # Not a zCDP statement; kept for a uniform interface.
-  sensitivity_is_lower_bound: bool = False
-  scope: tuple[tuple[str, str], ...] = ()
-  caveats: tuple[str, ...] = ()
-  epsilon_lower_bound: Optional[float] = None
 
   def to_dict(self) -> dict[str, Any]:
     return _report_dict(self, rho=None)
-
-  def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
   def checklist(self) -> dict[str, str]:
     return {
@@ -663,7 +669,7 @@ class BinomialPrivacyReport:
 
 
 @dataclasses.dataclass(frozen=True)
-class DistributedDpPrivacyReport:
+class DistributedDpPrivacyReport(_DistributedReport):
   """The DP statement of a distributed discrete Gaussian or distributed Skellam run (TFF's
   `DistributedDpSumFactory`; accounted by Kairouz, Liu & Steinke 2021, Prop. 14, or Agarwal,
   Kairouz & Liu 2021, Thm. 3.5: `dp_fl.aggregators.distributed_dp`).
@@ -693,12 +699,6 @@ class DistributedDpPrivacyReport:
   delta: float
   rdp_order: float
   round_epsilon: float
-  notes: tuple[str, ...] = ()
-  rho: float = float("nan")  # Not a zCDP statement; kept for a uniform interface.
-  sensitivity_is_lower_bound: bool = False
-  scope: tuple[tuple[str, str], ...] = ()
-  caveats: tuple[str, ...] = ()
-  epsilon_lower_bound: Optional[float] = None
 
   NAMES = {"ddgauss": ("the distributed discrete Gaussian",
                        "Kairouz, Liu & Steinke 2021 (arXiv:2102.06387), Prop. 14"),
@@ -715,9 +715,6 @@ class DistributedDpPrivacyReport:
   def to_dict(self) -> dict[str, Any]:
     return _report_dict(self, rho=None, secure_aggregation_bits=self.secure_aggregation_bits,
                         bits_per_coordinate=self.bits)  # cpSGD's report's key too.
-
-  def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
   def checklist(self) -> dict[str, str]:
     name, source = self.NAMES[self.mechanism]

@@ -91,6 +91,22 @@ def test_the_report_bounds_an_independent_audit_after_crashes_and_short_rounds(t
   assert report.epsilon > applied
 
 
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_clients_noise_is_secret_even_from_public_seeds(tmp_path, mechanism):
+  # Two runs from the same public seeds (model initialization, cohorts: research runs'
+  # --reproducible_noise_seed) differ: the clients' shares come from their own entropy, not
+  # from any seed in the config (TF's global seed included).
+  task = toy_task.make_task()
+  finals = []
+  for run in ("a", "b"):
+    config = toy_program.toy_config(str(tmp_path / run), 2, mechanism, participation="uniform",
+                                    noise_multiplier=1.0, reproducible_noise_seed=7)
+    result = program.run(task, config)
+    assert result.stopped == "completed"
+    finals.append(result.eval_metrics["loss"])
+  assert finals[0] != finals[1]
+
+
 @pytest.mark.parametrize("flags,match", [
     ({"participation": "poisson", "population_sampling_rate": 0.5}, "poisson"),
     ({"on_nonfinite": "discard"}, "on_nonfinite=stop"),
