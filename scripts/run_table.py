@@ -78,7 +78,7 @@ def run_row(root_dir: str) -> dict[str, Any]:
       "epsilon": summary.get("epsilon"), "delta": summary.get("delta"),
       "noise_multiplier": config.get("noise_multiplier"),
       # Distributed DP (cpSGD, ddgauss, skellam): bits of each client's message per coordinate.
-      "bits_per_coordinate": report.get("bits_per_coordinate"),
+      "bits_per_coordinate": report.get("bits_per_coordinate", report.get("bits")),
       "clip_norm_initial": config.get("clip_norm"),
       "adaptive_target": (config.get("mechanism_settings") or {}).get(
           "target_unclipped_quantile"),

@@ -49,7 +49,7 @@ from dp_fl.participation import sampling
 CORRELATED = "correlated"  # DP-FTRL: C's sensitivity under the realized participation, or an
 #                            amplified analysis (paper 004 Sec. 3.1; papers 003, cyclic Poisson)
 POISSON_GAUSSIAN = "poisson_gaussian"  # DP-FedAvg: the Poisson-subsampled Gaussian (paper 001)
-COMPOSED = "composed"  # cpSGD: its rounds composed, no amplification by sampling (paper 000)
+COMPOSED = "composed"  # Distributed DP (cpSGD, ddgauss, skellam): rounds composed, no amplification
 NOT_PRIVATE = "not_private"  # none / clip: nothing to account
 ACCOUNTINGS = (CORRELATED, POISSON_GAUSSIAN, COMPOSED, NOT_PRIVATE)
 
@@ -393,8 +393,8 @@ class Scheme(abc.ABC):
           f"001); it needs --participation={_either(accepting(POISSON_GAUSSIAN))}, got "
           f"{self.name!r}. For a fixed cohort use --mechanism=dpsgd.")
     raise ValueError(
-        f"--mechanism={mechanism.name} is accounted without amplification by sampling (paper "
-        f"000 composes its rounds); --participation={self.name} would suggest a sampled "
+        f"--mechanism={mechanism.name} is accounted without amplification by sampling (its "
+        f"rounds are composed); --participation={self.name} would suggest a sampled "
         f"guarantee it does not give. Use --participation="
         f"{_either(accepting(COMPOSED))}.")
 

@@ -67,6 +67,9 @@ PRESETS: dict[str, cli.Preset] = {
             # cpSGD is accounted without amplification: the device timer as DP-FTRL's.
             "cpsgd": dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
                           min_sep=30, cpsgd_levels=256),
+            # So are its successors (TFF's distributed discrete Gaussian and Skellam).
+            **{m: dict(participation="device_timer", timer_hours=6.0, round_hours=0.2,
+                       min_sep=30) for m in ("ddgauss", "skellam")},
             # Independent noise is run the way DP-SGD is (papers 003, 004): Poisson-sampled
             # (cyclic Poisson with one group) and amplified. Under the device timer (k = 2,
             # no amplification) it stays below unigram (0.057); amplified, σ 0.61 at ε = 8,

@@ -133,8 +133,8 @@ def test_refusals_name_the_fix():
     with pytest.raises(ValueError) as e:
       schemes.scheme(name).check_mechanism(_mechanism("cpsgd", schemes.COMPOSED))
     assert str(e.value) == (
-        "--mechanism=cpsgd is accounted without amplification by sampling (paper 000 "
-        f"composes its rounds); --participation={name} would suggest a sampled guarantee it "
+        "--mechanism=cpsgd is accounted without amplification by sampling (its rounds "
+        f"are composed); --participation={name} would suggest a sampled guarantee it "
         "does not give. Use --participation=device_timer, min_sep_rounds, uniform or cyclic.")
   with pytest.raises(ValueError, match="`accounting` of --mechanism=x must be one of"):
     schemes.scheme("uniform").check_mechanism(_mechanism("x", "made_up"))
