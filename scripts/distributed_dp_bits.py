@@ -123,8 +123,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         clip_norm=_checks.check_positive("--clip_norm", args.clip_norm))
     epsilons = tuple(_checks.check_positive("--epsilons", e)
                      for e in _numbers("--epsilons", args.epsilons, float))
-    bits = tuple(_checks.check_in_range("--bits", b, 1, 22, integer=True,
-                                        why="TFF's DistributedDpSumFactory takes 1..22")
+    from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+    bits = tuple(_checks.check_in_range("--bits", b, 1, distributed_dp.MAX_BITS, integer=True,
+                                        why="TFF's DistributedDpSumFactory's range")
                  for b in _numbers("--bits", args.bits, int))
     table = rows(setting["dimension"], setting["clients"], setting["participations"],
                  epsilons, bits, setting["delta"], setting["clip_norm"])

@@ -77,6 +77,11 @@ def test_zero_out_neighbours_move_the_sum_by_one_bound_and_cohorts_range(mechani
     setting.composed_epsilon(N, N // 2, 1, DELTA)
 
 
+def test_the_flag_s_bit_limit_is_tff_s():
+  from dp_fl.training import registry  # pylint: disable=g-import-not-at-top
+  assert registry.DistributedDpSettings.MAX_BITS == distributed_dp.MAX_BITS
+
+
 def test_a_bad_mechanism_is_named():
   with pytest.raises(ValueError, match="ddgauss"):
     distributed_dp.setting_at("gauss", 1.0, N, D, BITS, DELTA, CLIP)
