@@ -1,5 +1,7 @@
 """The mean estimators of paper 000's learning experiment (cpSGD, Sec. 5, Fig. 2) calibrated
-to (ε, δ) over a client's participations, and the name → estimator table (`ESTIMATORS`).
+to (ε, δ) over a client's participations: `none`, `gaussian` and `cpsgd` of the name → estimator
+table (`dp_fl/aggregators/mean_estimators.py`'s `ESTIMATORS`, which adds TFF's distributed
+discrete Gaussian and Skellam).
 
 The estimators are `dp_fl/mechanisms/mean_estimation.py`'s. Neighbouring data sets replace one
 client's vector (replace-one; the cohort size n is public); a client takes part in E rounds,
@@ -15,16 +17,17 @@ composed here; no amplification by sampling or shuffling is claimed.
 |          | Eq. 10's sensitivities per round, composed over E rounds); a client sends           |
 |          | ⌈log₂(k + m)⌉ bits per coordinate (Thm. 3)                                         |
 
-This table is the library's and not `dp_fl/training/registry.py`'s: those entries build TFF
-aggregators for the training tier, these are NumPy estimators for a loop over per-client
-gradients (`tasks/digits`), and the training tier may not be imported from here.
+These calibrations are the library's math, free of TFF; the table that names them (and the
+TFF-run `ddgauss` / `skellam`) sits at the aggregators layer, and neither is
+`dp_fl/training/registry.py`'s: those entries build TFF aggregators for the training tier,
+these are NumPy estimators for a loop over per-client gradients (`tasks/digits`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from dp_fl.accounting import cpsgd as cpsgd_accounting
 from dp_fl.accounting import zcdp
@@ -105,18 +108,3 @@ def calibrate_cpsgd(rounds: Rounds, epsilon: Optional[float], num_levels: Option
                  "accounting": "Rényi DP of the Binomial mechanism with Eq. 10's "
                                "sensitivities per round, composed over E rounds "
                                "(dp_fl.accounting.cpsgd)"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Estimator:
-  """What an estimator's name means: its calibration, whether it is private, uses k."""
-  calibrate: Callable[[Rounds, Optional[float], Optional[int]], Any]
-  private: bool
-  uses_levels: bool
-
-
-ESTIMATORS = {
-    "none": Estimator(calibrate_none, private=False, uses_levels=False),
-    "gaussian": Estimator(calibrate_gaussian, private=True, uses_levels=False),
-    "cpsgd": Estimator(calibrate_cpsgd, private=True, uses_levels=True),
-}

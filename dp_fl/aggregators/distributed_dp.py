@@ -13,7 +13,7 @@ bound), adds integer noise of scale σ = z c/(γ√n), and the sum is taken modu
   accounted by Thm. 3.5 of Agarwal, Kairouz & Liu (arXiv:2110.04995; `dp_fl.accounting.
   skellam`) for the Skellam sum of variance n σ². tensorflow_privacy's query seeds that noise
   with the clock (`[tf.timestamp() · 1e6, 0]`: guessable, and equal for two clients in the same
-  microsecond); `noisy_sum` builds the factory with `secret_skellam_query()` instead, whose
+  microsecond); `NoisySums` builds the factory with `secret_skellam_query()` instead, whose
   seed is drawn from OS entropy inside the computation.
 
 TFF states no guarantee (its DP event is `UnsupportedDpEvent`); the replace-one
@@ -24,7 +24,8 @@ and `calibrated_setting` finds the smallest z reaching a target ε. Bits per coo
 d'(σ² + 1/4)/(n γ⁻²): the noise's variance (<= σ², ⌈σ⌉² for the discrete Gaussian) plus
 stochastic rounding's (<= 1/4), without wraps.
 
-Everything is computed by TFF 0.87's own functions, and `noisy_sum` checks that the process
+Everything is computed by TFF 0.87's own functions, and `NoisySums` (round after round on
+NumPy vectors: the DME study, the digits experiment) checks that the process
 TFF builds uses the accounted scale, norm bound and noise. `DistributedDpMeanFactory` is the
 training aggregator of `--mechanism=ddgauss` / `skellam` (dp_fl/training/registry.py,
 `DistributedDpEntry`): guards, TFF's factory with its bitwidth-B secure sums, at most m clients
@@ -268,32 +269,64 @@ def secret_skellam_query():
     tensorflow_privacy.DistributedSkellamSumQuery = original
 
 
-def noisy_sum(setting: Setting, vectors: np.ndarray, clip_norm: float) -> np.ndarray:
-  """One round of TFF's distributed DP aggregator: the decoded noisy sum.
-
-  Checks that the process TFF built uses the scale, norm bound and noise `setting` was
-  accounted with (and, for Skellam, the OS-entropy query).
-  """
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+@functools.cache
+def _sum_process(setting: Setting, dimension: int, clip_norm: float, num_clients: int):
+  """TFF's DistributedDpSumFactory process for `setting` on vectors of length `dimension`,
+  built once per setting (its state is per round, not per process), checked against the
+  accounting: the process uses the accounted scale, norm bound and noise (and, for Skellam,
+  the OS-entropy query)."""
   from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
-  n, d = vectors.shape
   factory = distributed_dp.DistributedDpSumFactory(
-      noise_multiplier=setting.noise_multiplier, expected_clients_per_round=n,
+      noise_multiplier=setting.noise_multiplier, expected_clients_per_round=num_clients,
       bits=setting.bits, l2_clip=clip_norm, modclip_prob=MODCLIP_PROB,
       beta=BETA, mechanism=MECHANISMS[setting.mechanism], rotation_type="hd")
   with secret_skellam_query():
-    process = factory.create(tff.TensorType(np.float32, [d]))
-  state = process.initialize()
-  _, discrete, dp_state = factory._unpack_state(state)  # pylint: disable=protected-access
-  query = dp_state.query_state
-  built = (float(discrete["scale_factor"]), float(query.l2_norm_bound),
-           float(query.local_stddev))
-  expected = (setting.scale_factor, setting.scaled_inflated_l2, setting.local_stddev)
-  if not np.allclose(built, expected, rtol=1e-4):
-    raise RuntimeError(f"TFF's DistributedDpSumFactory built (scale, scaled L2 bound, local "
-                       f"stddev) = {built}, but the accounting assumed {expected}.")
-  output = process.next(state, list(vectors))
-  return np.asarray(output.result, np.float64)
+    process = factory.create(tff.TensorType(np.float32, [dimension]))
+  return factory, process
+
+
+class NoisySums:
+  """TFF's distributed DP aggregator run round after round on NumPy client vectors.
+
+  Each call is one round: the decoded noisy sum of the rows of `vectors` (each clipped to c
+  by TFF), the process's state carried to the next call (fresh rotation seeds each round, as
+  in training). Calls need a TFF execution context (`dp_fl.execution.runtime`); the first
+  checks that the process TFF built uses the scale, norm bound and noise `setting` was
+  accounted with. The noise shares come from the clients' own randomness (unseeded
+  TensorFlow ops; Skellam from OS entropy), never from a public seed.
+  """
+
+  def __init__(self, setting: Setting, dimension: int, clip_norm: float, num_clients: int):
+    self._setting = setting
+    self._factory, self._process = _sum_process(setting, dimension, clip_norm, num_clients)
+    self._state = None
+
+  def _initial_state(self):
+    state = self._process.initialize()
+    _, discrete, dp_state = self._factory._unpack_state(state)  # pylint: disable=protected-access
+    query = dp_state.query_state
+    built = (float(discrete["scale_factor"]), float(query.l2_norm_bound),
+             float(query.local_stddev))
+    expected = (self._setting.scale_factor, self._setting.scaled_inflated_l2,
+                self._setting.local_stddev)
+    if not np.allclose(built, expected, rtol=1e-4):
+      raise RuntimeError(f"TFF's DistributedDpSumFactory built (scale, scaled L2 bound, local "
+                         f"stddev) = {built}, but the accounting assumed {expected}.")
+    return state
+
+  def __call__(self, vectors: np.ndarray) -> np.ndarray:
+    if self._state is None:
+      self._state = self._initial_state()
+    output = self._process.next(self._state, list(np.asarray(vectors, np.float32)))
+    self._state = output.state
+    return np.asarray(output.result, np.float64)
+
+
+def noisy_sum(setting: Setting, vectors: np.ndarray, clip_norm: float) -> np.ndarray:
+  """One round of TFF's distributed DP aggregator on `vectors` (n × d): the decoded noisy sum
+  (`NoisySums`, a fresh state)."""
+  n, d = vectors.shape
+  return NoisySums(setting, d, clip_norm, n)(vectors)
 
 
 class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):

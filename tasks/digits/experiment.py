@@ -7,10 +7,12 @@ HA) (Sec. 4.3, Thm. 4), at several ε. Here: the same model (`model.Mlp`) on sci
 8 × 8 digits (1,437 training clients; MNIST IDX files with --dataset=mnist), n clients per
 round, each client's update its own gradient clipped to L2 norm D, the server taking an SGD
 step (with momentum) on the mean estimate of its mechanism: `none` (the plain mean),
-`gaussian` (the clipped sum plus central Gaussian noise) or `cpsgd` (clients' rotated,
-quantized, Binomial-noised messages through secure aggregation) — the estimators are
-`dp_fl/mechanisms/mean_estimation.py`'s, their calibration to (ε, δ) over E participations and
-the name table `dp_fl/accounting/mean_estimation.py`'s.
+`gaussian` (the clipped sum plus central Gaussian noise), `cpsgd` (clients' rotated,
+quantized, Binomial-noised messages through secure aggregation) or its successors `ddgauss`
+and `skellam` (TFF 0.87's distributed discrete Gaussian and Skellam at B bits, run by TFF
+itself) — the name table is `dp_fl/aggregators/mean_estimators.py`, the NumPy estimators
+`dp_fl/mechanisms/mean_estimation.py`'s and their calibration to (ε, δ) over E participations
+`dp_fl/accounting/mean_estimation.py`'s.
 
 **Epochs.** With one epoch (`--epochs 1`, the paper's protocol: per-round ε = overall ε) a
 1,437-client data set gives only ⌊1437/n⌋ rounds, too few to learn; the default runs E
@@ -24,8 +26,9 @@ computes is covered. No amplification by sampling or shuffling is claimed. The s
 public (reproducible research runs), so a run is not private against anyone who knows them:
 ε is the mechanism's, run with secret randomness. The test images are not protected. `none`
 has no privacy. The Gaussian is central DP (a trusted server adds the noise, or clients add
-shares of it); cpSGD's noise is the clients' own, the server seeing only the modular sum
-(secure aggregation).
+shares of it); cpSGD's, ddgauss's and skellam's noise is the clients' own, the server seeing
+only the modular sum (secure aggregation); ddgauss and skellam draw it from unseeded
+randomness, so their runs do not repeat exactly.
 
 This is the binary (flags → `program.Settings`, `program.SweepSpec`); the training loop and the
 sweep are `program.py`, the table and figure drawn from the results JSON `results.py`.
@@ -49,6 +52,7 @@ from typing import Any, Callable, Optional, Sequence
 from dp_fl import _checks
 from dp_fl import exits
 from dp_fl import files
+from dp_fl.aggregators import distributed_dp
 from tasks.digits import data
 from tasks.digits import model
 from tasks.digits import program
@@ -58,8 +62,8 @@ DEFAULT_OUT_DIR = os.path.join("docs", "results", "cpsgd_digits")
 
 FULL = dict(clients_per_round=200, epochs=5, learning_rate=0.2, momentum=0.9, clip_norm=1.0,
             delta=1e-9, binomial_p=0.5, epsilons=(2.0, 4.0, 8.0), levels=(2, 4, 16, 64),
-            num_seeds=3)
-QUICK = dict(FULL, epochs=2, epsilons=(8.0,), levels=(16,), num_seeds=1)
+            bits=(12, 14, 16, 18), num_seeds=3)
+QUICK = dict(FULL, epochs=2, epsilons=(8.0,), levels=(16,), bits=(16,), num_seeds=1)
 
 SETTINGS_FLAGS = {  # Settings' scalar fields as flags: (help, type, check).
     "clients_per_round": ("n, clients (= examples) per round", int,
@@ -100,7 +104,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
   parser.add_argument("--quick", action="store_true",
                       help=f"a small sweep for tests ({QUICK['epochs']} epochs, ε = "
                            f"{','.join(f'{e:g}' for e in QUICK['epsilons'])}, k = "
-                           f"{','.join(map(str, QUICK['levels']))}, 1 seed); writes "
+                           f"{','.join(map(str, QUICK['levels']))}, B = "
+                           f"{','.join(map(str, QUICK['bits']))}, 1 seed); writes "
                            "nothing unless --out_dir is given")
   parser.add_argument("--dataset", default="sklearn_digits", help=f"one of {data.DATASETS}")
   parser.add_argument("--data_dir", default=None, help="MNIST's IDX files (--dataset=mnist)")
@@ -108,12 +113,15 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                       help="sklearn_digits: the test share of the public split")
   parser.add_argument("--split_seed", type=int, default=0,
                       help="sklearn_digits: the public seed of the train/test split")
-  parser.add_argument("--mechanisms", default="none,gaussian,cpsgd",
+  parser.add_argument("--mechanisms", default=",".join(program.MECHANISMS),
                       help=f"comma-separated subset of {', '.join(program.MECHANISMS)}")
   parser.add_argument("--epsilons", default=None, help="comma-separated ε targets "
                       f"(default {','.join(f'{e:g}' for e in FULL['epsilons'])})")
   parser.add_argument("--levels", default=None, help="comma-separated cpSGD quantization "
                       f"levels k (default {','.join(map(str, FULL['levels']))})")
+  parser.add_argument("--bits", default=None, help="comma-separated bits per coordinate B of "
+                      f"ddgauss and skellam (1..{distributed_dp.MAX_BITS}; default "
+                      f"{','.join(map(str, FULL['bits']))})")
   parser.add_argument("--num_seeds", type=int, default=None,
                       help=f"seeds 0..S-1 per setting (default {FULL['num_seeds']})")
   for flag, (help_text, _, _) in SETTINGS_FLAGS.items():
@@ -172,6 +180,11 @@ def resolve(args: argparse.Namespace) -> tuple[program.Settings, program.SweepSp
     if k < 2:
       raise ValueError(f"--levels: k = {k} quantization levels; cpSGD needs k >= 2 "
                        "(e.g. --levels=2,4,16,64).")
+  bits = _number_list("bits", args.bits, int) if args.bits is not None else preset["bits"]
+  for b in bits:
+    if not 1 <= b <= distributed_dp.MAX_BITS:
+      raise ValueError(f"--bits: B = {b} bits per coordinate; TFF's distributed DP takes "
+                       f"1..{distributed_dp.MAX_BITS} (e.g. --bits=12,14,16,18).")
   num_seeds = preset["num_seeds"] if args.num_seeds is None else args.num_seeds
   if num_seeds < 1:
     raise ValueError(f"--num_seeds={num_seeds}: give at least 1 seed.")
@@ -185,7 +198,8 @@ def resolve(args: argparse.Namespace) -> tuple[program.Settings, program.SweepSp
   settings = program.Settings(**scalars, hidden_layers=tuple(hidden))
   if args.workers < 1:
     raise ValueError(f"--workers={args.workers}: give at least 1 process.")
-  return settings, program.SweepSpec(mechanisms, epsilons, levels, tuple(range(num_seeds)))
+  return settings, program.SweepSpec(mechanisms, epsilons, levels, tuple(range(num_seeds)),
+                                     bits)
 
 
 def _out_dir(args: argparse.Namespace) -> Optional[str]:

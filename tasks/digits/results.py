@@ -21,9 +21,29 @@ from tasks.digits import data
 RESULTS_JSON, RESULTS_MD, FIGURE_PNG = "results.json", "results.md", "accuracy_vs_bits.png"
 
 
+DISTRIBUTED = {"ddgauss": "DDGauss", "skellam": "Skellam"}  # TFF's; B bits per coordinate.
+
+
 def _accuracy(row: dict[str, Any], seeds: int) -> str:
+  if row.get("unreachable"):
+    return "not reachable at these bits"
   text = f"{row['accuracy_mean']:.3f}"
   return text + (f" ± {row['accuracy_std']:.3f}" if seeds > 1 else "")
+
+
+def _title(output: dict[str, Any]) -> str:
+  names = {r["mechanism"] for r in output["rows"]}
+  compared = [label for name, label in (("cpsgd", "cpSGD"), ("ddgauss", "DDGauss"),
+                                        ("skellam", "Skellam")) if name in names]
+  return (", ".join(compared) or "Mechanisms") + " vs Gaussian"
+
+
+def _k_or_z(row: dict[str, Any]) -> tuple[str, str]:
+  """The k and m columns: cpSGD's levels and trials; ddgauss/skellam: —, z."""
+  if row["mechanism"] in DISTRIBUTED:
+    z = row.get("noise_multiplier")
+    return "—", "—" if z is None else f"z = {z:.4g}"
+  return str(row["num_levels"] or "—"), str(row.get("num_trials", "—"))
 
 
 def markdown(output: dict[str, Any]) -> str:
@@ -31,7 +51,7 @@ def markdown(output: dict[str, Any]) -> str:
   s = output["settings"]
   seeds = len(output["sweep"]["seeds"])
   lines = [
-      f"# cpSGD vs Gaussian on {output['data']['source']}: accuracy vs bits (paper 000, "
+      f"# {_title(output)} on {output['data']['source']}: accuracy vs bits (paper 000, "
       "Sec. 5)", "",
       f"MLP {output['data']['num_features']} → {' → '.join(map(str, s['hidden_layers']))} "
       f"→ {data.NUM_CLASSES} (d = {output['model_dimension']}, d' = "
@@ -40,8 +60,8 @@ def markdown(output: dict[str, Any]) -> str:
       f"SGD lr {s['learning_rate']:g} momentum {s['momentum']:g}; δ = {s['delta']:g}, "
       f"p = {s['binomial_p']:g}. Test accuracy: mean ± std (ddof 1) over {seeds} seed(s); "
       f"chance {output['chance_accuracy']:.2f}.", "",
-      "| ε | mechanism | k | m | bits/coord | noise std of the mean (× Gaussian) | ε reached "
-      "(accounting) | test accuracy |",
+      "| ε | mechanism | k | m (cpsgd) or z | bits/coord | noise std of the mean (× Gaussian) "
+      "| ε reached (accounting) | test accuracy |",
       "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for r in output["rows"]:
     eps = "—" if r["epsilon_target"] is None else f"{r['epsilon_target']:g}"
@@ -50,26 +70,32 @@ def markdown(output: dict[str, Any]) -> str:
     reached = ("—" if r["epsilon"] is None else
                f"{r['epsilon']:.3f} ({r.get('composition', 'exact Gaussian')})")
     bits = "—" if r["bits_per_coordinate"] is None else str(r["bits_per_coordinate"])
+    noise = "—" if r["noise_std_of_mean"] is None else f"{r['noise_std_of_mean']:.4g}{ratio}"
+    levels, trials = _k_or_z(r)
     lines.append(
-        f"| {eps} | {r['mechanism']} | {r['num_levels'] or '—'} | "
-        f"{r.get('num_trials', '—')} | {bits} | {r['noise_std_of_mean']:.4g}{ratio} | "
+        f"| {eps} | {r['mechanism']} | {levels} | {trials} | {bits} | {noise} | "
         f"{reached} | {_accuracy(r, seeds)}"
         + (f" ({r['diverged_runs']} diverged)" if r["diverged_runs"] else "") + " |")
+  lines += [f"\n{DISTRIBUTED[r['mechanism']]}, ε = {r['epsilon_target']:g}, B = "
+            f"{r['bits']}: {r['unreachable']}" for r in output["rows"] if r.get("unreachable")]
   lines += ["", "**What ε covers.** " + output["privacy"], "",
             f"{len(output['runs'])} runs in {output['seconds']:.0f} s."]
   return "\n".join(lines) + "\n"
 
 
 def figure(output: dict[str, Any]) -> Any:
-  """Accuracy vs bits per coordinate: cpSGD per ε (points labelled k), the Gaussian of the
-  same ε as a dashed horizontal line (its ±std band), `none` dotted, chance grey."""
+  """Accuracy vs bits per coordinate: cpSGD per ε (points labelled k), DDGauss and Skellam
+  per ε (at their B), the Gaussian of the same ε as a dashed horizontal line (its ±std band),
+  `none` dotted, chance grey."""
   from dp_fl import writers  # pylint: disable=g-import-not-at-top
   fig, ax = writers.new_figure(7.0, 4.4)
   colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
   epsilons = sorted({r["epsilon_target"] for r in output["rows"]
                      if r["epsilon_target"] is not None})
   cp_rows = [r for r in output["rows"] if r["mechanism"] == "cpsgd"]
-  bits = [r["bits_per_coordinate"] for r in cp_rows] or [1, 32]
+  distributed_rows = [r for r in output["rows"]
+                      if r["mechanism"] in DISTRIBUTED and r["accuracy_mean"] is not None]
+  bits = [r["bits_per_coordinate"] for r in cp_rows + distributed_rows] or [1, 32]
   for i, eps in enumerate(epsilons):
     color = colors[i % len(colors)]
     points = sorted((r for r in cp_rows if r["epsilon_target"] == eps),
@@ -82,6 +108,15 @@ def figure(output: dict[str, Any]) -> Any:
       for r in points:
         ax.annotate(f"k={r['num_levels']}", (r["bits_per_coordinate"], r["accuracy_mean"]),
                     textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+    for (name, label), (marker, style) in zip(DISTRIBUTED.items(), (("^", "-."), ("s", ":"))):
+      points = sorted((r for r in distributed_rows
+                       if r["mechanism"] == name and r["epsilon_target"] == eps),
+                      key=lambda r: r["bits_per_coordinate"])
+      if points:
+        ax.errorbar([r["bits_per_coordinate"] for r in points],
+                    [r["accuracy_mean"] for r in points],
+                    yerr=[r["accuracy_std"] for r in points], marker=marker, linestyle=style,
+                    color=color, capsize=3, label=f"{label} ε={eps:g}")
     for r in output["rows"]:
       if r["mechanism"] == "gaussian" and r["epsilon_target"] == eps:
         ax.axhline(r["accuracy_mean"], color=color, linestyle="--", linewidth=1,
@@ -94,10 +129,10 @@ def figure(output: dict[str, Any]) -> Any:
   ax.axhline(output["chance_accuracy"], color="grey", linewidth=0.8, label="chance")
   ax.set_xlim(min(bits) - 1, max(bits) + 2)
   ax.set_ylim(0.0, 1.0)
-  ax.set_xlabel("bits per coordinate per client, ⌈log₂(k + m)⌉")
+  ax.set_xlabel("bits per coordinate per client (cpSGD: ⌈log₂(k + m)⌉; DDGauss, Skellam: B)")
   ax.set_ylabel("test accuracy")
   s = output["settings"]
-  ax.set_title(f"cpSGD vs Gaussian, {output['data']['source'].split(' (')[0]}: n = "
+  ax.set_title(f"{_title(output)}, {output['data']['source'].split(' (')[0]}: n = "
                f"{s['clients_per_round']}, E = {s['epochs']}, δ = {s['delta']:g}", fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

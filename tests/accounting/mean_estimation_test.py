@@ -1,5 +1,6 @@
 """dp_fl.accounting.mean_estimation: calibration reaches ε ≤ the target (cpSGD with the fewest
-trials m, the Gaussian against an independent PLD accountant) and the name table."""
+trials m, the Gaussian against an independent PLD accountant); the name table's test is
+tests/aggregators/mean_estimators_test.py."""
 
 from __future__ import annotations
 
@@ -65,15 +66,6 @@ def test_gaussian_calibration_matches_an_independent_pld_accountant(participatio
       estimator.noise_std_of_sum / (2 * rounds.clip_norm)), participations)
   assert accountant.get_epsilon(1e-9) == pytest.approx(4.0, rel=0.01)
   assert estimator.describe()["noise_std_of_mean"] == estimator.noise_std_of_sum / 100
-
-
-def test_the_table_names_each_estimator_and_what_it_needs():
-  table = mean_estimation_accounting.ESTIMATORS
-  assert list(table) == ["none", "gaussian", "cpsgd"]
-  assert [e.private for e in table.values()] == [False, True, True]
-  assert [e.uses_levels for e in table.values()] == [False, False, True]
-  assert isinstance(table["none"].calibrate(ROUNDS, None, None), mean_estimation.PlainMean)
-  assert table["gaussian"].calibrate(ROUNDS, 8.0, None).name == "gaussian"
 
 
 if __name__ == "__main__":

@@ -116,10 +116,12 @@ def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism):
   assert tensorflow_privacy.DistributedSkellamSumQuery.__name__ == "DistributedSkellamSumQuery"
   from dp_fl.execution import runtime  # pylint: disable=g-import-not-at-top
   with runtime.execution_context():
-    errors = np.stack([distributed_dp.noisy_sum(setting, vectors, CLIP) - vectors.sum(axis=0)
-                       for _ in range(4)])
+    sums = distributed_dp.NoisySums(setting, D, CLIP, N)  # Rounds, the state carried.
+    errors = np.stack([sums(vectors) - vectors.sum(axis=0) for _ in range(3)]
+                      + [distributed_dp.noisy_sum(setting, vectors, CLIP) - vectors.sum(axis=0)])
   rms = math.sqrt(setting.mse_bound(N) * N * N / 16)  # Per coordinate of the sum.
   assert 0.2 * rms < errors.std() < 3 * rms
+  assert len({e.tobytes() for e in errors}) == 4  # Fresh noise (and rotation) every round.
 
 
 def _value_type():
