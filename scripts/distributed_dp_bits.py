@@ -7,8 +7,13 @@ For a model of d parameters, cohorts of n clients, k participations per client a
 Gaussian through the same Rényi conversion (what the distributed mechanisms tend to with many
 bits) and DP-SGD's exact Gaussian (`zcdp`, what `--mechanism=dpsgd` calibrates) — and where
 the gap comes from: TFF's rounding inflates the clip norm to `inflated_l2 / c` (√d' grid steps
-of γ), while the discrete Gaussian draws with ⌈σ⌉ (a little more noise than stated). Defaults: the StackOverflow quick job (d of
-its LSTM, n = 50, k = 1).
+of γ), while the discrete Gaussian draws with ⌈σ⌉ (a little more noise than stated). Beside
+them, cpSGD (paper 000, `--mechanism=cpsgd`) at each of `--cpsgd_levels` k: its noise
+multiplier σ = w√(n m p(1−p))/c for the fewest Binomial trials m reaching ε (the Binomial
+mechanism's Rényi DP, replace-one as cpSGD's analysis: `dp_fl.accounting.mean_estimation.
+calibrate_cpsgd`, p = 1/2) and the bits a client then sends, ⌈log₂(k + m)⌉ — for cpSGD the
+bits follow from ε and k, not the other way round. Defaults: the StackOverflow quick job (d
+of its LSTM, n = 50, k = 1).
 
   .venv/bin/python -m scripts.distributed_dp_bits --epsilons 8,20 --bits 12,14,16,18,20
   ./bazelw run //scripts:distributed_dp_bits -- --format json
@@ -27,7 +32,9 @@ from dp_fl import _checks
 from dp_fl import exits
 from dp_fl import root_finding
 from dp_fl.accounting import discrete_gaussian
+from dp_fl.accounting import mean_estimation as mean_estimation_accounting
 from dp_fl.accounting import zcdp
+from dp_fl.mechanisms import cpsgd
 
 STACKOVERFLOW_QUICK_DIMENSION = 365_588  # The quick preset's LSTM (tasks/stackoverflow/train.py).
 
@@ -41,9 +48,29 @@ def renyi_gaussian_multiplier(epsilon: float, releases: int, delta: float) -> fl
                              relative_tolerance=1e-4)
 
 
+def cpsgd_row(dimension: int, clients: int, participations: int, epsilon: float, levels: int,
+              delta: float, clip_norm: float, central: float) -> dict[str, Any]:
+  """cpSGD at k levels: the fewest trials m for ε, the bits it then sends, its σ."""
+  estimator = mean_estimation_accounting.calibrate_cpsgd(
+      mean_estimation_accounting.Rounds(
+          cohort=clients, participations=participations, clip_norm=clip_norm, delta=delta,
+          binomial_p=0.5, dimension=dimension), epsilon, levels)
+  protocol = estimator.protocol
+  sigma = protocol.noise_std_of_sum(clients) / clip_norm
+  return {"epsilon": epsilon, "mechanism": f"cpsgd (k = {levels})",
+          "bits": protocol.bits_per_coordinate,
+          "secure_aggregation_bits": cpsgd.secure_sum_bits(clients, levels,
+                                                           protocol.num_trials),
+          "noise_multiplier": sigma, "vs_dpsgd": sigma / central, "levels": levels,
+          "trials": protocol.num_trials, "epsilon_reached": estimator.guarantee["epsilon"],
+          "note": "replace-one neighbours (cpSGD's analysis)"}
+
+
 def rows(dimension: int, clients: int, participations: int, epsilons: Sequence[float],
-         bits: Sequence[int], delta: float, clip_norm: float) -> list[dict[str, Any]]:
-  """One row per (ε, mechanism, B): z, its ratio to DP-SGD's, and the inflation terms."""
+         bits: Sequence[int], delta: float, clip_norm: float,
+         cpsgd_levels: Sequence[int] = ()) -> list[dict[str, Any]]:
+  """One row per (ε, mechanism, B): z, its ratio to DP-SGD's, and the inflation terms; one
+  per (ε, k) for cpSGD (`cpsgd_row`)."""
   from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
   out = []
   for epsilon in epsilons:
@@ -68,12 +95,15 @@ def rows(dimension: int, clients: int, participations: int, epsilons: Sequence[f
           epsilon_reached=s.epsilon, scale_factor=s.scale_factor,
           norm_inflation=s.scaled_inflated_l2 / (s.scale_factor * clip_norm),
           stddev_rounding=s.sampled_stddev / s.local_stddev, padded_dimension=s.padded_dimension))
+    out += [cpsgd_row(dimension, clients, participations, epsilon, k, delta, clip_norm, central)
+            for k in cpsgd_levels]
   return out
 
 
 def markdown(table: Sequence[dict[str, Any]], setting: dict[str, Any]) -> str:
   lines = [f"d = {setting['dimension']}, n = {setting['clients']}, k = "
-           f"{setting['participations']}, δ = {setting['delta']:g}, zero-out neighbours", "",
+           f"{setting['participations']}, δ = {setting['delta']:g}, zero-out neighbours (cpSGD: "
+           "replace-one, its analysis; B = ⌈log₂(k + m)⌉ for the fewest trials m)", "",
            "| ε | mechanism | B (SecAgg field) | z | z / DP-SGD's | clip norm inflated × | "
            "σ rounded up × |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in table:
@@ -107,6 +137,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--participations", type=int, default=1, help="k per client")
   parser.add_argument("--epsilons", default="8,20", help="target ε values, comma-separated")
   parser.add_argument("--bits", default="12,14,16,18,20", help="B values, comma-separated")
+  parser.add_argument("--cpsgd_levels", default="2,4,16,64,256",
+                      help="cpSGD's quantization levels k, comma-separated; 'none' skips cpSGD")
   parser.add_argument("--delta", type=float, default=1e-5)
   parser.add_argument("--clip_norm", type=float, default=0.3,
                       help="c (the StackOverflow preset's DP-SGD and distributed DP ζ)")
@@ -127,8 +159,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bits = tuple(_checks.check_in_range("--bits", b, 1, distributed_dp.MAX_BITS, integer=True,
                                         why="TFF's DistributedDpSumFactory's range")
                  for b in _numbers("--bits", args.bits, int))
+    levels = () if args.cpsgd_levels.strip() == "none" else tuple(
+        _checks.check_in_range("--cpsgd_levels", k, 2, 1 << 20, integer=True,
+                               why="cpSGD quantizes to k >= 2 levels")
+        for k in _numbers("--cpsgd_levels", args.cpsgd_levels, int))
     table = rows(setting["dimension"], setting["clients"], setting["participations"],
-                 epsilons, bits, setting["delta"], setting["clip_norm"])
+                 epsilons, bits, setting["delta"], setting["clip_norm"], levels)
     if args.format == "json":
       print(json.dumps({"setting": setting, "rows": table}, indent=1))
     else:

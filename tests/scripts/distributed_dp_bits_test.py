@@ -1,6 +1,7 @@
 """scripts/distributed_dp_bits: the noise the distributed mechanisms need at each bit width."""
 
 import json
+import math
 
 import pytest
 
@@ -12,7 +13,7 @@ ARGS = ["--dimension", "1000", "--clients", "20", "--participations", "2", "--ep
 
 @pytest.fixture(scope="module")
 def table():
-  return distributed_dp_bits.rows(1000, 20, 2, (4.0,), (6, 12, 16, 20), 1e-5, 0.3)
+  return distributed_dp_bits.rows(1000, 20, 2, (4.0,), (6, 12, 16, 20), 1e-5, 0.3, (2, 16, 256))
 
 
 def test_more_bits_need_less_noise_down_to_the_renyi_gaussian(table):
@@ -36,10 +37,25 @@ def test_more_bits_need_less_noise_down_to_the_renyi_gaussian(table):
   assert central["noise_multiplier"] < renyi["noise_multiplier"]
 
 
+def test_cpsgd_sends_the_bits_its_trials_need_and_more_levels_cost_less_noise(table):
+  (central,) = [r for r in table if r["mechanism"].startswith("dpsgd")]
+  rows = [r for r in table if r["mechanism"].startswith("cpsgd")]
+  assert [r["levels"] for r in rows] == [2, 16, 256]
+  for r in rows:
+    assert r["bits"] == math.ceil(math.log2(r["levels"] + r["trials"]))
+    assert r["epsilon_reached"] <= 4.0 and r["noise_multiplier"] > central["noise_multiplier"]
+    assert r["vs_dpsgd"] == pytest.approx(r["noise_multiplier"] / central["noise_multiplier"])
+  assert [r["bits"] for r in rows] == sorted(r["bits"] for r in rows)
+  multipliers = [r["noise_multiplier"] for r in rows]
+  assert multipliers == sorted(multipliers, reverse=True)
+
+
 def test_json_and_table_outputs(capsys):
   assert distributed_dp_bits.main(ARGS + ["--format", "json"]) == 0
   out = json.loads(capsys.readouterr().out)
-  assert out["setting"]["clients"] == 20 and len(out["rows"]) == 2 + 2 * 4
+  assert out["setting"]["clients"] == 20 and len(out["rows"]) == 2 + 2 * 4 + 5
+  assert distributed_dp_bits.main(ARGS + ["--cpsgd_levels", "none", "--format", "json"]) == 0
+  assert len(json.loads(capsys.readouterr().out)["rows"]) == 2 + 2 * 4
   assert distributed_dp_bits.main(ARGS) == 0
   text = capsys.readouterr().out
   assert "| 4 | ddgauss | 16 (21) |" in text and "not reachable" in text
@@ -47,7 +63,8 @@ def test_json_and_table_outputs(capsys):
 
 @pytest.mark.parametrize("flags,match", [
     (["--bits", "23"], "--bits"), (["--epsilons", "eight"], "--epsilons"),
-    (["--clients", "0"], "--clients"), (["--delta", "1"], "--delta")])
+    (["--clients", "0"], "--clients"), (["--delta", "1"], "--delta"),
+    (["--cpsgd_levels", "1"], "--cpsgd_levels")])
 def test_bad_flags_are_named(flags, match, capsys):
   assert distributed_dp_bits.main(flags) != 0
   assert match in capsys.readouterr().err
