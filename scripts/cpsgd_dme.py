@@ -23,7 +23,7 @@ also as ratios to Thm. 2's Gaussian MSE dσ²/n (the paper's reference; the exac
 Gaussian, Balle & Wang 2018, is beside it as `gaussian_exact_mse`). Writes table.json, then
 table.md and dme.png from it (`dp_fl.results`), to --out_dir; prints the Markdown table (or
 JSON with --format json). Default run (n = 1000, d = 2^14, ε ∈ {1, 2, 4}, δ = 1e-5, 3
-repetitions): about 13 minutes on a busy 2-core machine, 9 of them calibrating m:
+repetitions): 4–13 minutes on a busy 2-core machine, most of it calibrating m:
 
   .venv/bin/python -m scripts.cpsgd_dme --out_dir docs/results/cpsgd_dme
 """
