@@ -7,7 +7,8 @@ For a model of d parameters, cohorts of n clients, k participations per client a
 Gaussian through the same Rényi conversion (what the distributed mechanisms tend to with many
 bits) and DP-SGD's exact Gaussian (`zcdp`, what `--mechanism=dpsgd` calibrates) — and where
 the gap comes from: TFF's rounding inflates the clip norm to `inflated_l2 / c` (√d' grid steps
-of γ), while the discrete Gaussian draws with ⌈σ⌉ (a little more noise than stated). Beside
+of γ when unconditional; far less with `--ddp_betas` > 0, conditional rounding), while the
+discrete Gaussian draws with ⌈σ⌉ (a little more noise than stated). Beside
 them, cpSGD (paper 000, `--mechanism=cpsgd`) at each of `--cpsgd_levels` k: its noise
 multiplier σ = w√(n m p(1−p))/c for the fewest Binomial trials m reaching ε (the Binomial
 mechanism's Rényi DP, replace-one as cpSGD's analysis: `dp_fl.accounting.mean_estimation.
@@ -16,6 +17,7 @@ bits follow from ε and k, not the other way round. Defaults: the StackOverflow 
 of its LSTM, n = 50, k = 1).
 
   .venv/bin/python -m scripts.distributed_dp_bits --epsilons 8,20 --bits 12,14,16,18,20
+  .venv/bin/python -m scripts.distributed_dp_bits --ddp_betas 0,0.6065 --cpsgd_levels none
   ./bazelw run //scripts:distributed_dp_bits -- --format json
 """
 
@@ -68,9 +70,11 @@ def cpsgd_row(dimension: int, clients: int, participations: int, epsilon: float,
 
 def rows(dimension: int, clients: int, participations: int, epsilons: Sequence[float],
          bits: Sequence[int], delta: float, clip_norm: float,
-         cpsgd_levels: Sequence[int] = ()) -> list[dict[str, Any]]:
-  """One row per (ε, mechanism, B): z, its ratio to DP-SGD's, and the inflation terms; one
-  per (ε, k) for cpSGD (`cpsgd_row`)."""
+         cpsgd_levels: Sequence[int] = (), betas: Sequence[float] = (0.0,)
+         ) -> list[dict[str, Any]]:
+  """One row per (ε, mechanism, β, B): z, its ratio to DP-SGD's, and the inflation terms
+  (β: the stochastic rounding's, `distributed_dp.check_beta`); one per (ε, k) for cpSGD
+  (`cpsgd_row`)."""
   from dp_fl.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
   out = []
   for epsilon in epsilons:
@@ -80,13 +84,15 @@ def rows(dimension: int, clients: int, participations: int, epsilons: Sequence[f
                 "noise_multiplier": central, "vs_dpsgd": 1.0})
     out.append({"epsilon": epsilon, "mechanism": "Gaussian, Rényi conversion", "bits": None,
                 "noise_multiplier": renyi, "vs_dpsgd": renyi / central})
-    for mechanism, b in itertools.product(("ddgauss", "skellam"), bits):
-      row = {"epsilon": epsilon, "mechanism": mechanism, "bits": b,
+    for mechanism, beta, b in itertools.product(("ddgauss", "skellam"), betas, bits):
+      row = {"epsilon": epsilon, "bits": b, "beta": beta,
+             "mechanism": mechanism + (f" (β = {beta:.3g})" if beta else ""),
              "secure_aggregation_bits": b + math.ceil(math.log2(clients))}
       try:
         s = distributed_dp.calibrated_setting(
             mechanism, epsilon, delta, clients, dimension, b, clip_norm,
-            fewest_clients=clients, releases=participations, adjacency=distributed_dp.ZERO_OUT)
+            fewest_clients=clients, releases=participations, adjacency=distributed_dp.ZERO_OUT,
+            beta=beta)
       except ValueError as e:
         out.append(dict(row, noise_multiplier=None, vs_dpsgd=None, note=str(e)))
         continue
@@ -139,6 +145,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--bits", default="12,14,16,18,20", help="B values, comma-separated")
   parser.add_argument("--cpsgd_levels", default="2,4,16,64,256",
                       help="cpSGD's quantization levels k, comma-separated; 'none' skips cpSGD")
+  parser.add_argument("--ddp_betas", default="0",
+                      help="β of the stochastic rounding, comma-separated: 0 unconditional, "
+                      "e.g. 0.6065 (e^(-1/2), the distributed DP paper's) conditional")
   parser.add_argument("--delta", type=float, default=1e-5)
   parser.add_argument("--clip_norm", type=float, default=0.3,
                       help="c (the StackOverflow preset's DP-SGD and distributed DP ζ)")
@@ -163,8 +172,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _checks.check_in_range("--cpsgd_levels", k, 2, 1 << 20, integer=True,
                                why="cpSGD quantizes to k >= 2 levels")
         for k in _numbers("--cpsgd_levels", args.cpsgd_levels, int))
+    betas = tuple(distributed_dp.check_beta(b, "--ddp_betas")
+                  for b in _numbers("--ddp_betas", args.ddp_betas, float))
     table = rows(setting["dimension"], setting["clients"], setting["participations"],
-                 epsilons, bits, setting["delta"], setting["clip_norm"], levels)
+                 epsilons, bits, setting["delta"], setting["clip_norm"], levels, betas)
     if args.format == "json":
       print(json.dumps({"setting": setting, "rows": table}, indent=1))
     else:

@@ -699,6 +699,7 @@ class DistributedDpPrivacyReport(_DistributedReport):
   delta: float
   rdp_order: float
   round_epsilon: float
+  rounding_beta: float = 0.0
 
   NAMES = {"ddgauss": ("the distributed discrete Gaussian",
                        "Kairouz, Liu & Steinke 2021 (arXiv:2102.06387), Prop. 14"),
@@ -737,7 +738,12 @@ class DistributedDpPrivacyReport(_DistributedReport):
             f"Each update is clipped to L2 norm c = {self.clip_norm:g}, rotated (randomized "
             "Hadamard, public seed), scaled by γ⁻¹ and rounded to integers by TFF, whose bound "
             "on the rounded vector's norm (the 'inflated' bound) is the sensitivity Δ₂ (Δ₁ its "
-            "L1 bound); a zero update stays zero. Replace-one neighbours would double both."),
+            "L1 bound): " + (
+                "the worst case of unconditional rounding (β = 0)" if not self.rounding_beta
+                else f"enforced by conditional rounding (β = {self.rounding_beta:.4g}: a "
+                "rounding whose norm exceeds it is redrawn, Kairouz, Liu & Steinke 2021, "
+                "Sec. 4)")
+            + "; a zero update stays zero. Replace-one neighbours would double both."),
         "accounting": (
             f"Rényi DP of {name} ({source}): each client adds {noise}; the sum of n shares is "
             "accounted with μ at the fewest shares of any of the client's rounds and (discrete "
@@ -772,6 +778,8 @@ class DistributedDpPrivacyReport(_DistributedReport):
         ("scale γ⁻¹", f"{self.scale_factor:.6g}"),
         ("each client's noise scale (scaled): stated, sampled",
          f"{self.local_stddev:.6g}, {self.sampled_stddev:.6g}"),
+        ("stochastic rounding β (0: unconditional; > 0: conditional)",
+         f"{self.rounding_beta:.4g}"),
         ("sensitivities of the integer sum Δ₂, Δ₁ (zero-out)",
          f"{self.l2_sensitivity:.6g}, {self.l1_sensitivity:.6g}"),
         ("τ (Prop. 14; 0 for Skellam)", f"{self.tau:.3g}"),

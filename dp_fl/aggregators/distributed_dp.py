@@ -1,10 +1,16 @@
 """TFF 0.87's distributed DP aggregator — discrete Gaussian or Skellam — accounted and calibrated.
 
-`tff.aggregators.DistributedDpSumFactory` (rotation 'hd', β = `BETA`, modclip_prob =
-`MODCLIP_PROB`): with noise multiplier z, each client rotates, clips to c, scales by γ⁻¹
-(`_heuristic_scale_factor`: k_stddevs = 3.9 standard deviations of the aggregate fit in 2^B),
-rounds stochastically to integers (L2 norm <= c/γ + √d' after rounding, the "inflated"
-bound), adds integer noise of scale σ = z c/(γ√n), and the sum is taken modulo 2^B:
+`tff.aggregators.DistributedDpSumFactory` (rotation 'hd', modclip_prob = `MODCLIP_PROB`): with
+noise multiplier z, each client rotates, clips to c, scales by γ⁻¹ (`_heuristic_scale_factor`:
+k_stddevs = 3.9 standard deviations of the aggregate fit in 2^B), rounds stochastically to
+integers, adds integer noise of scale σ = z c/(γ√n), and the sum is taken modulo 2^B. The
+rounding is unconditional at β = 0 (TFF's default: the scaled L2 norm after rounding is at
+most c/γ + √d', the "inflated" bound) or conditional at β > 0 (Kairouz, Liu & Steinke 2021,
+Sec. 4: redrawn until the norm is at most min(c/γ + √d', √(c²/γ² + d'/4 + √(2 log(1/β))
+(c/γ + √d'/2))), which a draw meets with probability >= 1 − β; the bound is enforced, not
+assumed — the anchor's runs use β = e^(−1/2), `ANCHOR_BETA`). The bound is the sensitivity:
+at 14 bits on StackOverflow's d' = 2^19 it is 1.28 c at β = 0 and 1.01 c at β = e^(−1/2).
+The mechanisms:
 
 * `"ddgauss"` (TFF's 'distributed_dgauss'): N_Z(0, σ²) with σ rounded up (TFF's sampler uses
   ⌈σ⌉), accounted by Prop. 14 of Kairouz, Liu & Steinke (arXiv:2102.06387;
@@ -65,12 +71,26 @@ REPLACE_ONE = "replace_one"
 SENSITIVITY_MULTIPLES = {ZERO_OUT: 1.0, REPLACE_ONE: 2.0}
 # dp_fl's names of the mechanisms and TFF's.
 MECHANISMS = {"ddgauss": "distributed_dgauss", "skellam": "distributed_skellam"}
-# TFF 0.87's DistributedDpSumFactory settings kept at their defaults.
+# TFF 0.87's DistributedDpSumFactory settings: its defaults; β = 0 is unconditional rounding,
+# the anchor's runs (google-research/federated distributed_dp) use conditional rounding at
+# β = e^(−1/2), which TFF's docstring recommends for β > 0.
 MODCLIP_PROB = 1e-4
 BETA = 0.0
+ANCHOR_BETA = math.exp(-0.5)
+MAX_BETA = 0.9
+BETA_RANGE_WHY = ("0: unconditional stochastic rounding; β > 0 redraws the rounding until its "
+                  "norm meets the tighter bound, each draw with probability >= 1 − β; the "
+                  "distributed DP paper's runs use e^(-1/2) = 0.6065")
 MAX_BITS = 22  # TFF's own limit (float32 arithmetic inside).
 NOISE_MULTIPLIER_RANGE = (1e-3, 1e4)  # Where `calibrated_setting` searches z.
 NOISE_MULTIPLIER_RATIO = 1.001  # ... until the bracket's ends are within this ratio (0.1 %).
+
+
+def check_beta(beta: float, name: str = "beta") -> float:
+  """β of TFF's conditional randomized rounding, in [0, `MAX_BETA`]: 0 is unconditional
+  rounding; a draw meets the conditional bound with probability >= 1 − β, and TFF gives up
+  after 1,000 draws."""
+  return _checks.check_in_range(name, beta, 0.0, MAX_BETA, why=BETA_RANGE_WHY)
 
 
 def _check_mechanism(mechanism: str) -> str:
@@ -98,6 +118,8 @@ class Setting:
       (`setting_at`), or the planned releases (`calibrated_setting`).
     rdp_order: the Rényi order achieving it.
     tau: τ of Prop. 14 (discrete Gaussian; 0 for Skellam).
+    rounding_beta: β of the stochastic rounding (0: unconditional; > 0: conditional, the
+      norm bound enforced by redrawing).
   """
   mechanism: str
   noise_multiplier: float
@@ -111,6 +133,7 @@ class Setting:
   epsilon: float
   rdp_order: float
   tau: float
+  rounding_beta: float = BETA
 
   def sensitivities(self, adjacency: str = REPLACE_ONE) -> tuple[float, float]:
     """(Δ₂, Δ₁) of the integer sum between `adjacency` neighbours: TFF's scaled bounds on a
@@ -150,9 +173,9 @@ class Setting:
 
 
 def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimension: int,
-               bits: int, delta: float, clip_norm: float) -> Setting:
-  """What `DistributedDpSumFactory(noise_multiplier, n, bits, c, mechanism=MECHANISMS[
-  mechanism], rotation_type='hd')` will use, by TFF 0.87's own functions, and its ε.
+               bits: int, delta: float, clip_norm: float, *, beta: float = BETA) -> Setting:
+  """What `DistributedDpSumFactory(noise_multiplier, n, bits, c, beta=beta, mechanism=
+  MECHANISMS[mechanism], rotation_type='hd')` will use, by TFF 0.87's own functions, and its ε.
 
   Raises:
     ValueError: 2^(2B) < n k_stddevs² (B bits cannot hold the sum; TFF refuses it too).
@@ -160,6 +183,7 @@ def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimens
   from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
   _check_mechanism(mechanism)
+  beta = check_beta(beta)
   padded = cpsgd.padded_dimension(dimension)
   local = noise_multiplier * clip_norm / math.sqrt(num_clients)
   k_stddevs = distributed_dp._clip_prob_to_num_stddevs(MODCLIP_PROB)  # pylint: disable=protected-access
@@ -171,14 +195,14 @@ def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimens
                      "more bits.")
   scale = min(scale, distributed_dp.MAX_SCALE_FACTOR)
   inflated = float(discretization.inflated_l2_norm_bound(
-      l2_norm_bound=clip_norm, gamma=1.0 / scale, beta=BETA, dim=padded).numpy())
+      l2_norm_bound=clip_norm, gamma=1.0 / scale, beta=beta, dim=padded).numpy())
   scaled_l2 = (inflated + 1e-5) * scale  # TFF's leeway included, as in its DP query.
   scaled_l1 = float(math.ceil(scaled_l2 * min(math.sqrt(padded), scaled_l2)))
   local_scaled = float(np.float32(local * scale))  # TFF's query state is float32.
   # The discrete Gaussian's sampler draws with ⌈σ⌉; Skellam's with σ itself.
   sampled = float(max(1, math.ceil(local_scaled))) if mechanism == "ddgauss" else local_scaled
   setting = Setting(mechanism, noise_multiplier, bits, scale, scaled_l2, scaled_l1,
-                    local_scaled, sampled, padded, math.nan, math.nan, math.nan)
+                    local_scaled, sampled, padded, math.nan, math.nan, math.nan, beta)
   epsilon, order, tau = setting.composed_epsilon(num_clients, num_clients, 1, delta)
   return dataclasses.replace(setting, epsilon=epsilon, rdp_order=order, tau=tau)
 
@@ -186,7 +210,7 @@ def setting_at(mechanism: str, noise_multiplier: float, num_clients: int, dimens
 def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients: int,
                        dimension: int, bits: int, clip_norm: float, *,
                        fewest_clients: Optional[int] = None, releases: int = 1,
-                       adjacency: str = REPLACE_ONE) -> Setting:
+                       adjacency: str = REPLACE_ONE, beta: float = BETA) -> Setting:
   """The setting of the smallest noise multiplier z (to 0.1 %) whose ε reaches the target:
   one release of `num_clients` shares, or (training) `releases` releases of between
   `fewest_clients` and `num_clients` shares each (`Setting.composed_epsilon`; the setting is
@@ -205,7 +229,8 @@ def calibrated_setting(mechanism: str, epsilon: float, delta: float, num_clients
 
   def setting(z: float) -> Setting:
     if z not in evaluated:
-      built = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm)
+      built = setting_at(mechanism, z, num_clients, dimension, bits, delta, clip_norm,
+                         beta=beta)
       if (fewest, releases, adjacency) != (num_clients, 1, REPLACE_ONE):
         reached, order, tau = built.composed_epsilon(fewest, num_clients, releases, delta,
                                                      adjacency)
@@ -279,7 +304,7 @@ def _sum_process(setting: Setting, dimension: int, clip_norm: float, num_clients
   factory = distributed_dp.DistributedDpSumFactory(
       noise_multiplier=setting.noise_multiplier, expected_clients_per_round=num_clients,
       bits=setting.bits, l2_clip=clip_norm, modclip_prob=MODCLIP_PROB,
-      beta=BETA, mechanism=MECHANISMS[setting.mechanism], rotation_type="hd")
+      beta=setting.rounding_beta, mechanism=MECHANISMS[setting.mechanism], rotation_type="hd")
   with secret_skellam_query():
     process = factory.create(tff.TensorType(np.float32, [dimension]))
   return factory, process
@@ -346,8 +371,10 @@ class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   def __init__(self, mechanism: str, *, noise_multiplier: float, clip_norm: float, bits: int,
-               clients_per_round: int, zeroing_norm: Optional[float] = None):
+               clients_per_round: int, zeroing_norm: Optional[float] = None,
+               beta: float = BETA):
     self._mechanism = _check_mechanism(mechanism)
+    self._beta = check_beta(beta)
     self._noise_multiplier = _checks.check_positive("noise_multiplier", noise_multiplier)
     self._clip_norm = _checks.check_positive("clip_norm", clip_norm)
     self._bits = _checks.check_positive_int("bits", bits)
@@ -369,7 +396,7 @@ class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):
   def setting(self, dimension: int, delta: float) -> Setting:
     """The accounted setting of one round of m clients (`setting_at`)."""
     return setting_at(self._mechanism, self._noise_multiplier, self._clients_per_round,
-                      dimension, self._bits, delta, self._clip_norm)
+                      dimension, self._bits, delta, self._clip_norm, beta=self._beta)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     _types.tensor_specs(value_type)  # Clear errors for unsupported value types.
@@ -377,7 +404,7 @@ class DistributedDpMeanFactory(tff.aggregators.UnweightedAggregationFactory):
     factory = tff_ddp.DistributedDpSumFactory(
         noise_multiplier=self._noise_multiplier,
         expected_clients_per_round=self._clients_per_round, bits=self._bits,
-        l2_clip=self._clip_norm, modclip_prob=MODCLIP_PROB, beta=BETA,
+        l2_clip=self._clip_norm, modclip_prob=MODCLIP_PROB, beta=self._beta,
         mechanism=MECHANISMS[self._mechanism], rotation_type="hd")
     with secret_skellam_query():
       inner = factory.create(value_type)

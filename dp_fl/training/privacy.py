@@ -257,7 +257,8 @@ def distributed_scope(config: Any, mechanism: str = "cpsgd") -> Scope:
           "sampler from a seed drawn from OS entropy each call (dp_fl replaces "
           "tensorflow_privacy's clock-seeded one). TFF seeds the rotation and the stochastic "
           "rounding from the clock: public randomness, which the guarantee does not need "
-          "secret (the sensitivity is TFF's worst-case bound after rounding, β = 0). "
+          "secret (the sensitivity bounds every rounding: TFF's worst case at β = 0, "
+          "enforced by redrawing at β > 0). "
           + scheduler),
       "assumed": (
           "Clients that add their own shares and follow the participation rules; secure "
@@ -426,7 +427,7 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
         delta=self._delta, rdp_order=order,
         round_epsilon=s.composed_epsilon(fewest, self._most, 1, self._delta,
                                          adaptive_clipping.ZERO_OUT)[0],
-        scope=self._scope, caveats=self._caveats)
+        rounding_beta=s.rounding_beta, scope=self._scope, caveats=self._caveats)
 
   def epsilon(self, realized):
     if realized.num_rounds == 0 or realized.max_participations == 0:

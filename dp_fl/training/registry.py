@@ -198,15 +198,26 @@ class DistributedDpSettings:
   Attributes:
     ddp_bits: B, bits per coordinate of each client's message and of the secure sum's
       modulus 2^B (TFF scales the updates so the sum's 3.9 standard deviations fit).
+    ddp_beta: β of TFF's stochastic rounding: 0 (TFF's default) rounds unconditionally, and
+      the sensitivity is the worst case c + γ√d'; β > 0 redraws the rounding until its norm
+      meets a bound near c (Kairouz, Liu & Steinke 2021, Sec. 4), each draw with probability
+      >= 1 − β — the paper's runs use e^(-1/2) = 0.6065, which matters at 12–14 bits.
   """
   ddp_bits: int = _setting(16, "", privacy=True)
+  ddp_beta: float = _setting(0.0, "", privacy=True)
 
-  MAX_BITS = 22  # TFF 0.87's own limit (distributed_dp.MAX_BITS; without importing TF here).
+  # TFF 0.87's own limit and dp_fl's β range (distributed_dp.MAX_BITS, MAX_BETA; without
+  # importing TF here).
+  MAX_BITS = 22
+  MAX_BETA = 0.9
 
   def __post_init__(self):
     _checks.check_in_range("ddp_bits", self.ddp_bits, 1, self.MAX_BITS, integer=True,
                            why="bits per coordinate of the secure sum; the distributed DP "
                            "paper's runs use 12–18")
+    _checks.check_in_range("ddp_beta", self.ddp_beta, 0.0, self.MAX_BETA,
+                           why="β of the stochastic rounding: 0 unconditional, the paper's "
+                           "runs e^(-1/2) = 0.6065")
 
 
 class MechanismEntry(abc.ABC):
@@ -695,7 +706,7 @@ class DistributedDpEntry(DistributedEntry):
     return distributed_dp.setting_at(
         self.name, config.noise_multiplier if noise_multiplier is None else noise_multiplier,
         config.clients_per_round, model_dimension, config.mechanism_settings.ddp_bits,
-        config.delta, config.clip_norm)
+        config.delta, config.clip_norm, beta=config.mechanism_settings.ddp_beta)
 
   def aggregator(self, config, mechanism, num_clients, noise_seed=None, model_dimension=None):
     """TFF's factory in `DistributedDpMeanFactory`. The clients' noise is their own OS
@@ -706,7 +717,8 @@ class DistributedDpEntry(DistributedEntry):
     self.setting(config, model_dimension)  # Refuses a B that cannot hold the sum.
     return distributed_dp.DistributedDpMeanFactory(
         self.name, noise_multiplier=config.noise_multiplier, clip_norm=config.clip_norm,
-        bits=config.mechanism_settings.ddp_bits, clients_per_round=config.clients_per_round)
+        bits=config.mechanism_settings.ddp_bits, clients_per_round=config.clients_per_round,
+        beta=config.mechanism_settings.ddp_beta)
 
   def accountant(self, config, mechanism, num_clients, model_dimension=None):
     del mechanism, num_clients
@@ -726,7 +738,8 @@ class DistributedDpEntry(DistributedEntry):
     setting = _cached(distributed_dp.calibrated_setting, self.name, target_epsilon,
                       config.delta, config.clients_per_round, model_dimension,
                       config.mechanism_settings.ddp_bits, config.clip_norm,
-                      fewest_clients=cohort, releases=k, adjacency=distributed_dp.ZERO_OUT)
+                      fewest_clients=cohort, releases=k, adjacency=distributed_dp.ZERO_OUT,
+                      beta=config.mechanism_settings.ddp_beta)
     return setting.noise_multiplier
 
   def planned_epsilon_at(self, config, noise_multiplier, num_clients, model_dimension=None):

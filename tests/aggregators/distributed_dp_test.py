@@ -104,12 +104,14 @@ def test_secret_skellam_noise_has_its_variance_and_fresh_seeds():
     assert x.var() == pytest.approx(9.0, rel=0.05)
 
 
-@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
-def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism):
+@pytest.mark.parametrize("mechanism,beta", [("ddgauss", 0.0), ("skellam", 0.0),
+                                            ("skellam", distributed_dp.ANCHOR_BETA)])
+def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism, beta):
+  # NoisySums checks that TFF's process enforces the accounted bound (β's included).
   rng = np.random.default_rng(0)
   vectors = rng.normal(size=(N, D)).astype(np.float32)
   vectors *= 0.5 / np.linalg.norm(vectors, axis=1, keepdims=True)  # Inside the clip.
-  setting = distributed_dp.setting_at(mechanism, 0.5, N, D, BITS, DELTA, CLIP)
+  setting = distributed_dp.setting_at(mechanism, 0.5, N, D, BITS, DELTA, CLIP, beta=beta)
   with distributed_dp.secret_skellam_query():
     pass  # The context restores tensorflow_privacy's class.
   import tensorflow_privacy  # pylint: disable=g-import-not-at-top
@@ -122,6 +124,78 @@ def test_noisy_sum_is_the_sum_plus_the_accounted_noise(mechanism):
   rms = math.sqrt(setting.mse_bound(N) * N * N / 16)  # Per coordinate of the sum.
   assert 0.2 * rms < errors.std() < 3 * rms
   assert len({e.tobytes() for e in errors}) == 4  # Fresh noise (and rotation) every round.
+
+
+def _conditional_bound_by_hand(clip, gamma, beta, dim):
+  """Kairouz, Liu & Steinke 2021, Sec. 4, written out: after conditional randomized rounding
+  to the grid γℤ^d the norm is at most min(c + γ√d, √(c² + γ²d/4 + √(2 log(1/β)) γ (c +
+  γ√d/2)))."""
+  unconditional = clip + gamma * math.sqrt(dim)
+  if beta == 0:
+    return unconditional
+  return min(unconditional, math.sqrt(clip ** 2 + gamma ** 2 * dim / 4 + math.sqrt(
+      2 * math.log(1 / beta)) * gamma * (clip + gamma * math.sqrt(dim) / 2)))
+
+
+@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
+def test_conditional_rounding_tightens_the_sensitivity_and_the_noise_it_needs(mechanism):
+  # A coarse grid (10 bits, d' = 1024): unconditional rounding's worst case is 1.5 c, the
+  # conditional bound 1.04 c.
+  d, bits, beta = 1000, 10, distributed_dp.ANCHOR_BETA
+  plain, conditional = (distributed_dp.setting_at(mechanism, 2.0, N, d, bits, DELTA, CLIP,
+                                                  beta=b) for b in (0.0, beta))
+  assert conditional.rounding_beta == beta and plain.rounding_beta == 0.0
+  assert conditional.scale_factor == plain.scale_factor
+  gamma = 1 / plain.scale_factor
+  for setting, b in ((plain, 0.0), (conditional, beta)):
+    want = (_conditional_bound_by_hand(CLIP, gamma, b, 1024) + 1e-5) / gamma
+    assert setting.scaled_inflated_l2 == pytest.approx(want, rel=1e-5)
+  assert conditional.scaled_inflated_l2 < 0.75 * plain.scaled_inflated_l2
+  assert conditional.epsilon < plain.epsilon
+  z = [distributed_dp.calibrated_setting(mechanism, 4.0, DELTA, N, d, bits, CLIP,
+                                         beta=b).noise_multiplier for b in (0.0, beta)]
+  assert z[1] < 0.6 * z[0]
+
+
+def test_conditional_rounding_never_exceeds_the_accounted_bound():
+  # TFF's own rounding (the function its factory calls) on scaled vectors of norm just below
+  # c/γ whose every coordinate sits mid-cell (k + 1/2: the most rounding variance). Each of
+  # 300 conditional roundings has a float64 norm within the accounted (scaled) bound — TFF's
+  # float32 check plus its 1e-5 leeway holds exactly — while unconditional roundings of the
+  # same vectors exceed it about one time in ten (the loop does redraw).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.aggregators import discretization  # pylint: disable=g-import-not-at-top
+  d, bits, beta = 4096, 10, distributed_dp.ANCHOR_BETA
+  setting = distributed_dp.setting_at("ddgauss", 2.0, N, d, bits, DELTA, CLIP, beta=beta)
+  scale = setting.scale_factor
+  radius = CLIP * scale  # c/γ, the clipped vector's largest scaled norm.
+  wide = int(((radius ** 2) * (1 - 1e-6) - 0.25 * d) / 2)  # Coordinates ±1.5; the rest ±0.5.
+  assert 0 < wide < d
+  rng = np.random.default_rng(1)
+  bound = tf.constant(radius, tf.float32)
+  over = 0
+  for seed in range(300):
+    x = np.where(np.arange(d) < wide, 1.5, 0.5) * rng.choice([-1.0, 1.0], size=d)
+    assert np.linalg.norm(x) <= radius
+    x = tf.constant(rng.permutation(x), tf.float32)
+    for b in (beta, 0.0):
+      rounded = discretization._stochastic_rounding(  # pylint: disable=protected-access
+          x, l2_norm_bound=bound, scale=scale, beta=b, seed=tf.constant(seed, tf.int64))
+      norm = np.linalg.norm(np.asarray(rounded, np.float64))
+      if b:
+        assert norm <= setting.scaled_inflated_l2
+      else:
+        over += norm > setting.scaled_inflated_l2
+  assert 10 < over < 100
+
+
+@pytest.mark.parametrize("beta", [-0.1, 0.95, 1.0, float("nan"), "0.5"])
+def test_a_bad_beta_is_named(beta):
+  with pytest.raises(ValueError, match="beta.*0.6065"):
+    distributed_dp.setting_at("skellam", 1.0, N, D, BITS, DELTA, CLIP, beta=beta)
+  with pytest.raises(ValueError, match="beta"):
+    distributed_dp.DistributedDpMeanFactory("skellam", noise_multiplier=1.0, clip_norm=1.0,
+                                            bits=16, clients_per_round=4, beta=beta)
 
 
 def _value_type():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -107,8 +108,10 @@ def test_cpsgd_runs_in_process_with_its_secure_modular_sum(tmp_path):
       np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mechanism", ["ddgauss", "skellam"])
-def test_distributed_dp_runs_in_process_with_its_bitwidth_secure_sums(tmp_path, mechanism):
+@pytest.mark.parametrize("mechanism,beta", [("ddgauss", 0.0), ("skellam", 0.0),
+                                            ("ddgauss", math.exp(-0.5))])
+def test_distributed_dp_runs_in_process_with_its_bitwidth_secure_sums(tmp_path, mechanism,
+                                                                      beta):
   # TFF's DistributedDpSumFactory sums B-bit messages with federated_secure_sum_bitwidth (the
   # server reduces modulo 2^B). Its clients draw their own shares, so no two runs agree
   # bitwise; at B = 22 bits and z = 1e-3 the noise of the mean is z·c/m = 2.5e-4 per
@@ -116,8 +119,8 @@ def test_distributed_dp_runs_in_process_with_its_bitwidth_secure_sums(tmp_path, 
   # TFF's C++ worker to 5e-3 (a wrong decoding or a missing share would be off by O(1)).
   task = toy_task.make_task()
   config = toy_program.toy_config(str(tmp_path), ROUNDS, mechanism, participation="uniform",
-                                  noise_multiplier=1e-3, ddp_bits=22)
-  process = _process(task, config)
+                                  noise_multiplier=1e-3, ddp_bits=22, ddp_beta=beta)
+  process = _process(task, config)  # β > 0: conditional rounding's redraw loop runs too.
   mapreduce = xla.MapReduceProcess(process)
   # The B-bit messages (bitwidth 22: each value <= 2^22 − 1) and TFF's one-bit counts.
   bounds = [int(np.max(b)) for b in xla.secure_bounds(mapreduce.form) if b is not None]

@@ -50,6 +50,24 @@ def test_cpsgd_sends_the_bits_its_trials_need_and_more_levels_cost_less_noise(ta
   assert multipliers == sorted(multipliers, reverse=True)
 
 
+def test_conditional_rounding_brings_coarse_grids_near_the_renyi_gaussian():
+  # β = e^(-1/2): the norm bound after rounding is enforced near c, so 12 bits need almost
+  # the Rényi Gaussian's z where unconditional rounding needs far more.
+  table = distributed_dp_bits.rows(1000, 20, 2, (4.0,), (10, 12), 1e-5, 0.3, (),
+                                   (0.0, math.exp(-0.5)))
+  (renyi,) = [r for r in table if r["mechanism"].startswith("Gaussian")]
+  for mechanism in ("ddgauss", "skellam"):
+    for bits in (10, 12):
+      plain, conditional = sorted((r for r in table if r["bits"] == bits
+                                   and r["mechanism"].startswith(mechanism)),
+                                  key=lambda r: r["beta"])
+      assert conditional["mechanism"] == f"{mechanism} (β = 0.607)"
+      assert conditional["norm_inflation"] < plain["norm_inflation"]
+      assert conditional["noise_multiplier"] < plain["noise_multiplier"]
+      assert conditional["epsilon_reached"] <= 4.0
+    assert conditional["noise_multiplier"] < 1.1 * renyi["noise_multiplier"]
+
+
 def test_json_and_table_outputs(capsys):
   assert distributed_dp_bits.main(ARGS + ["--format", "json"]) == 0
   out = json.loads(capsys.readouterr().out)
@@ -64,7 +82,8 @@ def test_json_and_table_outputs(capsys):
 @pytest.mark.parametrize("flags,match", [
     (["--bits", "23"], "--bits"), (["--epsilons", "eight"], "--epsilons"),
     (["--clients", "0"], "--clients"), (["--delta", "1"], "--delta"),
-    (["--cpsgd_levels", "1"], "--cpsgd_levels")])
+    (["--cpsgd_levels", "1"], "--cpsgd_levels"), (["--ddp_betas", "1"], "--ddp_betas"),
+    (["--ddp_betas", "-0.5"], "--ddp_betas")])
 def test_bad_flags_are_named(flags, match, capsys):
   assert distributed_dp_bits.main(flags) != 0
   assert match in capsys.readouterr().err

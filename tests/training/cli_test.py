@@ -17,7 +17,8 @@ _FLAG_DEFAULTS = {
     "noise_multiplier": 1.0, "clip_norm": 1.0, "seed": 0, "reproducible_noise_seed": None,
     "min_sep": 1, "max_participations": None, "blt_buffers": 4, "bands": None,
     "mechanism_params": None, "cpsgd_levels": 16, "cpsgd_trials": None, "cpsgd_p": 0.5,
-    "cpsgd_x_max": None, "ddp_bits": 16, "participation": "device_timer", "timer_hours": 24.0,
+    "cpsgd_x_max": None, "ddp_bits": 16, "ddp_beta": 0.0, "participation": "device_timer",
+    "timer_hours": 24.0,
     "round_hours": 1.0, "availability": "always", "population_sampling_rate": None,
     "sampling_probability": None, "warm_start": True,  # b-min-sep (issue #44).
     "client_optimizer": "sgd", "client_learning_rate": 0.5, "client_epochs": 1,

@@ -5,6 +5,7 @@ and refuse what their analysis does not cover."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -32,15 +33,17 @@ def _calibrated(task, root_dir, mechanism, epsilon=8.0, **overrides):
   return toy_program.calibrated_config(task, root_dir, mechanism, epsilon, **overrides)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_trains_and_reports_the_epsilon_of_what_tff_ran(tmp_path, mechanism):
+@pytest.mark.parametrize("mechanism,bits,beta", [("ddgauss", 16, 0.0), ("skellam", 16, 0.0),
+                                               ("skellam", 12, math.exp(-0.5))])
+def test_trains_and_reports_the_epsilon_of_what_tff_ran(tmp_path, mechanism, bits, beta):
   task = toy_task.make_task()
-  config = _calibrated(task, tmp_path / "run", mechanism, ddp_bits=16)
+  config = _calibrated(task, tmp_path / "run", mechanism, ddp_bits=bits, ddp_beta=beta)
   result = program.run(task, config)
   assert result.stopped == "completed" and np.isfinite(result.eval_metrics["loss"])
   report = result.privacy_report
   assert isinstance(report, report_lib.DistributedDpPrivacyReport)
-  assert report.mechanism == mechanism and report.bits == 16
+  assert report.mechanism == mechanism and report.bits == bits
+  assert report.rounding_beta == beta
   # The planned k = ⌈6 / 3⌉ = 2 at full cohorts of 4 reaches the calibrated ε (within the
   # calibration's 0.1 % in z), never above it.
   assert report.participations == 2 and report.fewest_clients == report.most_clients == 4
@@ -57,8 +60,15 @@ def test_trains_and_reports_the_epsilon_of_what_tff_ran(tmp_path, mechanism):
   assert report.epsilon == pytest.approx(audit["true_epsilon"], rel=1e-5)
   assert report.epsilon >= audit["true_epsilon"] * (1 - 1e-6)
   text = report.to_markdown()
-  assert "Zero-out" in text and "secure aggregation" in text and "B + ⌈log₂ n⌉ = 18" in text
-  assert report.to_dict()["secure_aggregation_bits"] == 16 + 2
+  assert "Zero-out" in text and "secure aggregation" in text
+  assert f"B + ⌈log₂ n⌉ = {bits + 2}" in text
+  assert report.to_dict()["secure_aggregation_bits"] == bits + 2
+  assert ("enforced by conditional rounding" in text) == (beta > 0)
+  if beta:  # The bound TFF enforced is tighter than unconditional rounding's, at the same z.
+    unconditional = dataclasses.replace(config, mechanism_settings=dataclasses.replace(
+        config.mechanism_settings, ddp_beta=0.0))
+    plain = registry.mechanism(mechanism).setting(unconditional, program.model_dimension(task))
+    assert report.l2_sensitivity < plain.scaled_inflated_l2
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -122,6 +132,12 @@ def test_refuses_what_its_analysis_does_not_cover(tmp_path, flags, match):
 def test_bits_outside_tff_s_range_name_the_flag(tmp_path, bits):
   with pytest.raises(ValueError, match="ddp_bits"):
     toy_program.toy_config(str(tmp_path), 6, "skellam", ddp_bits=bits)
+
+
+@pytest.mark.parametrize("beta", [-0.1, 0.95, 1.0, float("nan")])
+def test_a_rounding_beta_outside_its_range_names_the_flag(tmp_path, beta):
+  with pytest.raises(ValueError, match="ddp_beta.*0.6065"):
+    toy_program.toy_config(str(tmp_path), 6, "ddgauss", ddp_beta=beta)
 
 
 def test_too_few_bits_for_the_target_say_use_more_bits(tmp_path):

@@ -54,7 +54,8 @@ def test_every_entry_declares_its_settings():
   assert kinds["mechanism"] == ["target_unclipped_quantile", "clip_learning_rate",
                                 "clip_search_step", "clip_count_stddev", "clip_budget_share", "mechanism_params",
                                 "max_participations", "blt_buffers", "bands", "cpsgd_levels",
-                                "cpsgd_trials", "cpsgd_p", "cpsgd_x_max", "ddp_bits"]
+                                "cpsgd_trials", "cpsgd_p", "cpsgd_x_max", "ddp_bits",
+                                "ddp_beta"]
   assert kinds["participation"] == ["timer_hours", "round_hours", "availability",
                                     "population_sampling_rate", "sampling_probability",
                                     "warm_start"]
