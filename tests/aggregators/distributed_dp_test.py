@@ -189,7 +189,7 @@ def test_conditional_rounding_never_exceeds_the_accounted_bound():
   assert 10 < over < 100
 
 
-@pytest.mark.parametrize("beta", [-0.1, 0.95, 1.0, float("nan"), "0.5"])
+@pytest.mark.parametrize("beta", [-0.1, 0.95, 1.0, float("nan"), None])
 def test_a_bad_beta_is_named(beta):
   with pytest.raises(ValueError, match="beta.*0.6065"):
     distributed_dp.setting_at("skellam", 1.0, N, D, BITS, DELTA, CLIP, beta=beta)
