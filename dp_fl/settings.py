@@ -12,8 +12,11 @@ import dataclasses
 from typing import Any
 
 
+_NO_VALUE = object()
+
+
 def setting(default: Any, help: str, *, privacy: bool = False,  # pylint: disable=redefined-builtin
-            aliases: tuple[str, ...] = ()) -> Any:
+            aliases: tuple[str, ...] = (), absent: Any = _NO_VALUE) -> Any:
   """A field of a settings dataclass, which is also the flag `--<field name>`.
 
   Args:
@@ -23,9 +26,19 @@ def setting(default: Any, help: str, *, privacy: bool = False,  # pylint: disabl
       checkpoint; a resumed run may not change it).
     aliases: earlier names of the flag and field, still read from command lines, config.json
       and checkpoints.
+    absent: the value a saved config.json or checkpoint record that lacks the field had (the
+      behaviour of versions before the field existed), where it differs from `default` —
+      a default changed later must not change what an older run is read as.
   """
-  return dataclasses.field(default=default, metadata={"help": help, "privacy": privacy,
-                                                      "aliases": tuple(aliases)})
+  metadata = {"help": help, "privacy": privacy, "aliases": tuple(aliases)}
+  if absent is not _NO_VALUE:
+    metadata["absent"] = absent
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def absent_value(field: dataclasses.Field) -> Any:
+  """What a saved record lacking `field` held: its `absent` value, else its default."""
+  return field.metadata.get("absent", field.default)
 
 
 @dataclasses.dataclass(frozen=True)

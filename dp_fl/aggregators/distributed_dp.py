@@ -71,8 +71,9 @@ REPLACE_ONE = "replace_one"
 SENSITIVITY_MULTIPLES = {ZERO_OUT: 1.0, REPLACE_ONE: 2.0}
 # dp_fl's names of the mechanisms and TFF's.
 MECHANISMS = {"ddgauss": "distributed_dgauss", "skellam": "distributed_skellam"}
-# TFF 0.87's DistributedDpSumFactory settings: its defaults; β = 0 is unconditional rounding,
-# the anchor's runs (google-research/federated distributed_dp) use conditional rounding at
+# TFF 0.87's DistributedDpSumFactory settings: its defaults. β = 0 is unconditional rounding
+# (TFF's default, this module's and the DME study's); the anchor's runs (google-research/
+# federated distributed_dp) and training's `--ddp_beta` default use conditional rounding at
 # β = e^(−1/2), which TFF's docstring recommends for β > 0.
 MODCLIP_PROB = 1e-4
 BETA = 0.0

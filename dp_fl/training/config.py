@@ -274,14 +274,16 @@ class TrainingConfig:
     return {name: value for name, value, _, _ in self._privacy_items()}
 
   def _privacy_items(self) -> Iterator[tuple[str, Any, Any, tuple[str, ...]]]:
-    """(flag name, value, default, earlier names) of every privacy-relevant value."""
+    """(flag name, value, value of a record lacking it, earlier names) of every
+    privacy-relevant value."""
     defaults = {f.name: f.default for f in dataclasses.fields(self)}
     for name in PRIVACY_FIELDS:
       yield name, getattr(self, name), defaults[name], ()
     for settings in self.settings():
       for f in dataclasses.fields(settings):
         if f.metadata.get("privacy"):
-          yield f.name, getattr(settings, f.name), f.default, f.metadata.get("aliases", ())
+          yield (f.name, getattr(settings, f.name), settings_lib.absent_value(f),
+                 f.metadata.get("aliases", ()))
 
   def server_learning_rate_at(self, round_index: int) -> float:
     """Server lr of round t (0-based): constant, then a linear cooldown (paper 004, ref. [8])."""
@@ -321,8 +323,9 @@ def privacy_differences(saved: TrainingConfig | Mapping[str, Any],
   """The privacy-relevant values of `new` that differ from `saved`, as 'name: saved -> new'.
 
   `saved` is a config or a `privacy_record()` — of any version: a value an older record
-  holds under an earlier name is read under it, one it lacks is compared with the default,
-  and values `new`'s mechanism and participation do not read are not compared.
+  holds under an earlier name is read under it, one it lacks is compared with the value it
+  had then (`settings.setting`'s `absent`, else the default), and values `new`'s mechanism
+  and participation do not read are not compared.
   """
   record = saved.privacy_record() if isinstance(saved, TrainingConfig) else dict(saved)
   out = []

@@ -198,13 +198,15 @@ class DistributedDpSettings:
   Attributes:
     ddp_bits: B, bits per coordinate of each client's message and of the secure sum's
       modulus 2^B (TFF scales the updates so the sum's 3.9 standard deviations fit).
-    ddp_beta: β of TFF's stochastic rounding: 0 (TFF's default) rounds unconditionally, and
-      the sensitivity is the worst case c + γ√d'; β > 0 redraws the rounding until its norm
+    ddp_beta: β of TFF's stochastic rounding. β > 0 redraws the rounding until its norm
       meets a bound near c (Kairouz, Liu & Steinke 2021, Sec. 4), each draw with probability
-      >= 1 − β — the paper's runs use e^(-1/2) = 0.6065, which matters at 12–14 bits.
+      >= 1 − β; the default is the paper's e^(-1/2) = 0.6065 (at 14 bits on StackOverflow it
+      needs 1.07× DP-SGD's noise, 0 needs 1.36×). 0 (TFF's default) rounds unconditionally
+      and the sensitivity is the worst case c + γ√d' — what runs before the flag existed did
+      (their saved configs read as 0).
   """
   ddp_bits: int = _setting(16, "", privacy=True)
-  ddp_beta: float = _setting(0.0, "", privacy=True)
+  ddp_beta: float = _setting(math.exp(-0.5), "", privacy=True, absent=0.0)
 
   # TFF 0.87's own limit and dp_fl's β range (distributed_dp.MAX_BITS, MAX_BETA; without
   # importing TF here).
@@ -1105,6 +1107,16 @@ def validate(config: config_lib.TrainingConfig) -> None:
   entry.check_config(config)
 
 
+def _with_absent_values(values: dict[str, Any]) -> dict[str, Any]:
+  """`values` of a saved config, with the value a setting had before it existed wherever the
+  saved config lacks one whose default changed since (`settings.setting`'s `absent`)."""
+  for name, (_, field) in setting_fields().items():
+    given = (name,) + tuple(field.metadata.get("aliases", ()))
+    if "absent" in field.metadata and not any(key in values for key in given):
+      values[name] = field.metadata["absent"]
+  return values
+
+
 def config_from_dict(data: Mapping[str, Any]) -> config_lib.TrainingConfig:
   """The validated config saved as `data` (`TrainingConfig.to_dict()`, config.json): its
   settings nested under `mechanism_settings`, ... (this version), or every field flat, as
@@ -1114,7 +1126,7 @@ def config_from_dict(data: Mapping[str, Any]) -> config_lib.TrainingConfig:
   values = {k: v for k, v in data.items() if k not in config_lib.SETTINGS}
   nested = [name for name in config_lib.SETTINGS if name in data]
   if not nested:
-    return make_config(**values)  # The flat config.json of an older version.
+    return make_config(**_with_absent_values(values))  # An older version's flat config.json.
   unknown = sorted(set(values) - set(_COMMON))
   if unknown:
     raise ValueError(f"Unknown training config fields {unknown}; known: "
@@ -1125,7 +1137,7 @@ def config_from_dict(data: Mapping[str, Any]) -> config_lib.TrainingConfig:
       raise ValueError(f"`{name}` of a saved training config must be a JSON object of its "
                        f"settings; got {section!r}.")
     values.update(section)
-  config = make_config(**values)
+  config = make_config(**_with_absent_values(values))
   for name in nested:
     known = _field_names(type(getattr(config, name)))
     stray = sorted(set(data[name]) - set(known))

@@ -4,6 +4,7 @@ dataclasses; defaults < task defaults < preset < given flags."""
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
@@ -17,7 +18,7 @@ _FLAG_DEFAULTS = {
     "noise_multiplier": 1.0, "clip_norm": 1.0, "seed": 0, "reproducible_noise_seed": None,
     "min_sep": 1, "max_participations": None, "blt_buffers": 4, "bands": None,
     "mechanism_params": None, "cpsgd_levels": 16, "cpsgd_trials": None, "cpsgd_p": 0.5,
-    "cpsgd_x_max": None, "ddp_bits": 16, "ddp_beta": 0.0, "participation": "device_timer",
+    "cpsgd_x_max": None, "ddp_bits": 16, "ddp_beta": math.exp(-0.5), "participation": "device_timer",
     "timer_hours": 24.0,
     "round_hours": 1.0, "availability": "always", "population_sampling_rate": None,
     "sampling_probability": None, "warm_start": True,  # b-min-sep (issue #44).

@@ -191,6 +191,28 @@ def test_resume_refuses_privacy_changes_but_allows_others(tmp_path):
     _save_or_check(_config(tmp_path, blt_buffers=2))
 
 
+def test_a_run_from_before_ddp_beta_reads_as_unconditional_rounding(tmp_path):
+  """`--ddp_beta` came with a default of e^(-1/2); runs before it rounded unconditionally
+  (β = 0). Their config.json and checkpoint records lack the field: they read as β = 0, and
+  resuming one under the new default is refused (its earlier rounds' sensitivity is β = 0's)
+  until --ddp_beta=0 is given."""
+  config = _config(tmp_path, mechanism="ddgauss", participation="uniform", ddp_bits=14)
+  assert config.mechanism_settings.ddp_beta == pytest.approx(0.6065306597)
+  old = config.to_dict()
+  del old["mechanism_settings"]["ddp_beta"]
+  (tmp_path / config_lib.CONFIG_FILE).write_text(json.dumps(old))
+  assert registry.config_from_dict(old).mechanism_settings.ddp_beta == 0.0
+  record = config.privacy_record()
+  del record["ddp_beta"]
+  assert config_lib.privacy_differences(record, config) == [
+      f"ddp_beta: 0.0 -> {config.mechanism_settings.ddp_beta!r}"]
+  with pytest.raises(ValueError, match=r"ddp_beta: 0.0 -> 0.606"):
+    _save_or_check(config)
+  unconditional = config.replace(ddp_beta=0.0)
+  assert config_lib.privacy_differences(record, unconditional) == []
+  assert _save_or_check(unconditional).mechanism_settings.ddp_beta == 0.0
+
+
 def test_run_directories_from_before_the_bands_rename_resume(tmp_path):
   """`bandmf_bands` became `bands` (it sizes BSR, BISR and BandInvMF too): an older
   config.json or checkpoint privacy record is read under the new name, and still checked."""
