@@ -58,6 +58,11 @@ class RealizedParticipation:
       which bin or group later rows use, which amplification analyses do not model.
     min_cohort: the smallest number of clients of any non-empty round (None before any);
       mechanisms whose noise the clients add (cpSGD) have the least noise in that round.
+    pending_clients: for a look-ahead (`realized_if`), the clients of the round counted as
+      if applied, the last of the ``num_rounds``; None when every round was applied.
+      Accountants that charge every computed round (`dp_fl.training.privacy.ReleaseLog`)
+      need them: the pending round is not logged yet, and earlier computations of it are
+      all lost ones. Not compared: a look-ahead equals the summary after the commit.
   """
   num_rounds: int
   min_separation: int | None
@@ -68,6 +73,8 @@ class RealizedParticipation:
   refused_check_ins: int
   discarded_draws: int = 0
   min_cohort: int | None = None
+  pending_clients: tuple[int, ...] | None = dataclasses.field(default=None, repr=False,
+                                                             compare=False)
 
 
 class ParticipationLedger:
@@ -165,7 +172,9 @@ class ParticipationLedger:
     min_cohort = self._min_cohort
     if ids.size:
       min_cohort = int(ids.size) if min_cohort is None else min(min_cohort, int(ids.size))
-    return self._summary(r + 1, min_sep, k, hist, self._total + int(ids.size), min_cohort)
+    return dataclasses.replace(
+        self._summary(r + 1, min_sep, k, hist, self._total + int(ids.size), min_cohort),
+        pending_clients=tuple(int(c) for c in ids))
 
   def record_refusal(self, client_ids: np.ndarray) -> None:
     """Counts refused check-ins (ineligible devices asking to participate)."""

@@ -205,14 +205,19 @@ class TrainingLoop:
     realized = self.participation.scheduler.realized_if(pending.selection)
     stop = self.policies.budget.check(next_round, self.accountant.epsilon(realized),
                                       participation=realized)
-    if stop is not None and self.accountant.report_accountant:
-      # The progress bound (e.g. RDP) is looser than the report's (PLD): the budget caps
-      # the ε the run reports, so the report's figure decides (a σ calibrated with PLD).
-      report = self.accountant.report(realized)
-      if report is not None:
-        stop = self.policies.budget.check(next_round, report.epsilon,
-                                          participation=realized)
-    return stop
+    if stop is None:
+      return None
+    # The progress bound (e.g. RDP) may be looser than the report's (PLD): the budget caps
+    # the ε the run reports, so the report's figure decides (a σ calibrated with PLD).
+    report = self.accountant.report(realized)
+    now = self.participation.scheduler.realized()
+    now_report = self.accountant.report(now)
+    return self.policies.budget.check(
+        next_round, self.accountant.epsilon(realized) if report is None else report.epsilon,
+        participation=realized,
+        epsilon_now=self.accountant.epsilon(now) if now_report is None else now_report.epsilon,
+        # Reports of runs that charge every computed round (distributed DP) count them.
+        computations=getattr(report, "participations", None))
 
   def skip_empty_round(self, pending: Any, next_round: int) -> Optional[policies_lib.Stop]:
     """No client could take part (e.g. none available at night): nothing is trained.

@@ -65,24 +65,41 @@ class EpsilonBudget:
     return self.target_epsilon is not None
 
   def check(self, next_round: int, epsilon_if_applied: float,
-            participation: Any = None) -> Optional[Stop]:
+            participation: Any = None, epsilon_now: Optional[float] = None,
+            computations: Optional[int] = None) -> Optional[Stop]:
     """A stop if round `next_round` (1-based) would raise ε above the target, else None.
 
     `participation`: the realized participation if the round were applied (its min-sep and
-    max participations, when it has them, say why in the message).
+    max participations, when it has them, say why in the message). For runs that charge
+    every computed round (distributed DP), `computations`: the most computations of one
+    client with the round, lost ones included, and `epsilon_now`: ε without the round; a
+    crash can put a run over its target before the round, and the message then says so.
     """
     if self.target_epsilon is None or epsilon_if_applied <= self.target_epsilon:
       return None
-    why = ""
+    if epsilon_now is not None and epsilon_now > self.target_epsilon:
+      return Stop(TARGET_EPSILON,
+                  f"stopped before round {next_round}: ε is already {epsilon_now:.4g} > "
+                  f"target {self.target_epsilon:g} without it (computations the server "
+                  "saw but the run did not apply, e.g. rounds lost in a crash, are charged "
+                  "as participations: privacy_report.md says how many)")
+    why = []
     k = getattr(participation, "max_participations", None)
     if k is not None:
       b = getattr(participation, "min_separation", None)
-      why = (f" (with it, some client would have taken part {k} time{'s' if k != 1 else ''}"
-             + ("" if b is None else f", twice only {b} round{'s' if b != 1 else ''} apart")
-             + ")")
+      why.append(f"some client would have taken part in {_count(k, 'applied round')}"
+                 + ("" if b is None else f", twice only {_count(b, 'round')} apart"))
+    if computations is not None and computations != k:
+      why.append(f"counting the computations not applied (lost in a crash, then computed "
+                 f"again) some client would have been in {computations}")
     return Stop(TARGET_EPSILON,
                 f"stopped before round {next_round}: it would raise ε to "
-                f"{epsilon_if_applied:.4g} > target {self.target_epsilon:g}{why}")
+                f"{epsilon_if_applied:.4g} > target {self.target_epsilon:g}"
+                + (f" (with it, {'; '.join(why)})" if why else ""))
+
+
+def _count(n: int, noun: str) -> str:
+  return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 class Verdict(enum.Enum):

@@ -9,6 +9,7 @@ The mechanism registry (`registry.py`) picks the accountant of each `--mechanism
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -313,16 +314,28 @@ class _ComputedRoundsAccountant(Accountant):
 
   _log: "ReleaseLog"
 
-  def _unlogged(self, realized: ledger_lib.RealizedParticipation) -> tuple[int, Optional[int]]:
-    """(participations per client the ledger does not count, their smallest cohort)."""
-    return self._log.beyond_ledger(realized.num_rounds)
+  def _charge(self, realized: ledger_lib.RealizedParticipation) -> ReleaseCharge:
+    """The release log's charge for `realized` (a look-ahead's pending round included); its
+    `participations`, the most computations of any client, never below the ledger's count."""
+    pending = realized.pending_clients
+    applied = realized.num_rounds - (pending is not None)
+    charge = self._log.charge(applied, pending)
+    bound = realized.max_participations + charge.beyond_ledger
+    participations = (bound if charge.participations is None
+                      else max(charge.participations, realized.max_participations))
+    return dataclasses.replace(charge, participations=participations)
+
+  def _fewest(self, realized: ledger_lib.RealizedParticipation) -> int:
+    """The fewest clients of any computation: applied rounds and lost ones."""
+    cohorts = [c for c in (realized.min_cohort, self._charge(realized).smallest_cohort) if c]
+    return min(cohorts) if cohorts else 1
 
 
 class BinomialAccountant(_ComputedRoundsAccountant):
   """cpSGD (paper 000): the Binomial mechanism's Rényi curve per round at the smallest cohort
-  (`dp_fl.accounting.cpsgd`), composed over each client's realized participations plus every
-  computation the ledger does not count, client by client from the release log
-  (`ReleaseLog`)."""
+  (`dp_fl.accounting.cpsgd`), composed over the most computations of any client — applied
+  rounds and every computation the ledger does not count, client by client from the release
+  log (`ReleaseLog.charge`)."""
 
   def __init__(self, protocol: Any, dimension: int, secure_sum_bits: int,
                noise_multiplier: float, delta: float, root_dir: str,
@@ -340,12 +353,10 @@ class BinomialAccountant(_ComputedRoundsAccountant):
 
   def guarantee(self, realized: ledger_lib.RealizedParticipation):
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
-    unlogged, smallest = self._unlogged(realized)
-    cohorts = [c for c in (realized.min_cohort, smallest) if c]
     p = self._protocol
     return cpsgd.composed_epsilon(
         p.num_levels, p.num_trials, p.p, p.x_max, p.clip_norm, self._dimension,
-        min(cohorts) if cohorts else 1, realized.max_participations + unlogged, self._delta)
+        self._fewest(realized), self._charge(realized).participations, self._delta)
 
   def report(self, realized):
     from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
@@ -362,7 +373,7 @@ class BinomialAccountant(_ComputedRoundsAccountant):
         mechanism="cpsgd", num_levels=p.num_levels, num_trials=p.num_trials, p=p.p,
         x_max=p.x_max, clip_norm=p.clip_norm, dimension=self._dimension, cohort=g.cohort,
         participations=g.participations,
-        replayed_participations=self._unlogged(realized)[0],
+        replayed_participations=self._charge(realized).beyond_ledger,
         rounds=realized.num_rounds, epsilon=g.epsilon, delta=self._delta,
         round_epsilon=g.round_epsilon, round_delta=self._delta, composition=g.composition,
         bits_per_coordinate=g.bits_per_coordinate, secure_sum_bits=self._bits,
@@ -381,9 +392,9 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
   shares (Prop. 14 of arXiv:2102.06387 needs both ends: τ grows with the shares), between
   zero-out neighbours (DP-FTRL's adjacency in dp_fl: a client's update replaced by zeros,
   which TFF's rotation and rounding keep zero; its sensitivity is TFF's bound on one client's
-  rounded vector, not twice it as for replace-one), composed
-  over each client's realized participations plus every computation the ledger does not
-  count (`ReleaseLog`, as cpSGD's)."""
+  rounded vector, not twice it as for replace-one), composed over the most computations of
+  any client: applied rounds and every computation the ledger does not count
+  (`ReleaseLog.charge`, as cpSGD's)."""
 
   def __init__(self, setting: Any, clip_norm: float, dimension: int, clients_per_round: int,
                delta: float, root_dir: str, scope: Scope = ((), ())):
@@ -398,13 +409,9 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
     self._log = ReleaseLog(root_dir)
     self._scope, self._caveats = scope
 
-  def _fewest(self, realized: ledger_lib.RealizedParticipation) -> int:
-    cohorts = [c for c in (realized.min_cohort, self._unlogged(realized)[1]) if c]
-    return min(cohorts) if cohorts else 1
-
   def guarantee(self, realized: ledger_lib.RealizedParticipation) -> tuple[float, float, float]:
     """(ε, order, τ) of every client's participations, re-computed ones included."""
-    releases = realized.max_participations + self._unlogged(realized)[0]
+    releases = self._charge(realized).participations
     return self._setting.composed_epsilon(self._fewest(realized), self._most, releases,
                                           self._delta, adaptive_clipping.ZERO_OUT)
 
@@ -413,7 +420,7 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
       return None
     epsilon, order, tau = self.guarantee(realized)
     fewest = self._fewest(realized)
-    replayed = self._unlogged(realized)[0]
+    charge = self._charge(realized)
     s = self._setting
     l2, l1 = s.sensitivities(adaptive_clipping.ZERO_OUT)
     return report_lib.DistributedDpPrivacyReport(
@@ -422,8 +429,8 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
         scale_factor=s.scale_factor, local_stddev=s.local_stddev,
         sampled_stddev=s.sampled_stddev, l2_sensitivity=l2, l1_sensitivity=l1, tau=tau,
         fewest_clients=fewest, most_clients=self._most,
-        participations=realized.max_participations + replayed,
-        replayed_participations=replayed, rounds=realized.num_rounds, epsilon=epsilon,
+        participations=charge.participations,
+        replayed_participations=charge.beyond_ledger, rounds=realized.num_rounds, epsilon=epsilon,
         delta=self._delta, rdp_order=order,
         round_epsilon=s.composed_epsilon(fewest, self._most, 1, self._delta,
                                          adaptive_clipping.ZERO_OUT)[0],
@@ -474,6 +481,9 @@ class ReleaseLog:
     self._offset = 0
     self._computations: dict[int, list[Optional[np.ndarray]]] = {}  # round -> cohorts
     self._cohorts: dict[int, list[int]] = {}
+    self._count: dict[int, int] = {}  # client -> logged computations with its id
+    self._most = 0  # max(self._count.values())
+    self._unknown = 0  # Computations logged without client ids: charged to everyone.
 
   def _read(self) -> None:
     if not os.path.exists(self._path):
@@ -496,25 +506,54 @@ class ReleaseLog:
         self._computations.setdefault(r, []).append(
             None if ids is None else np.asarray(ids, dtype=np.int64))
         self._cohorts.setdefault(r, []).append(int(event["cohort"]))
+        if ids is None:
+          self._unknown += 1
+        for c in ids or ():
+          self._count[c] = self._count.get(c, 0) + 1
+          self._most = max(self._most, self._count[c])
     self._offset += end
 
-  def beyond_ledger(self, rounds_applied: int) -> tuple[int, Optional[int]]:
-    """(the most computations any client took part in beyond the ledger's count, the
-    smallest cohort of those computations)."""
+  def charge(self, rounds_applied: int,
+             pending: Optional[Sequence[int]] = None) -> ReleaseCharge:
+    """What the log charges after `rounds_applied` rounds, plus the `pending` round's clients
+    (a look-ahead: round `rounds_applied + 1`, not logged yet) when given.
+
+    Client by client: every computation a client took part in counts, each logged one and the
+    pending one. That total is exact when every applied round was logged; where the log lacks
+    one, `participations` is None and the caller bounds it by the ledger's count plus the most
+    lost computations of any client. Lost: every computation of a round not applied, and all
+    but the last of an applied round's. Its cost grows with the lost computations and the
+    pending cohort, not with the run's length (the per-client counts are kept as it is read).
+    """
     self._read()
-    per_client: dict[int, int] = {}
-    everyone = 0  # Computations whose clients are unknown.
+    lost: dict[int, int] = {}
+    lost_unknown = 0
     smallest = None
     for r, cohorts in self._computations.items():
-      extra = cohorts[:-1] if r <= rounds_applied else cohorts
-      sizes = self._cohorts[r][:-1] if r <= rounds_applied else self._cohorts[r]
-      for ids in extra:
+      applied = r <= rounds_applied
+      if applied and len(cohorts) == 1:
+        continue  # Only the applied computation: nothing lost.
+      for ids, size in list(zip(cohorts, self._cohorts[r]))[:-1 if applied else None]:
+        if size > 0:
+          smallest = size if smallest is None else min(smallest, size)
         if ids is None:
-          everyone += 1
-        else:
-          for c in ids.tolist():
-            per_client[c] = per_client.get(c, 0) + 1
-      nonempty = [n for n in sizes if n > 0]
-      if nonempty:
-        smallest = min(nonempty + ([smallest] if smallest else []))
-    return (max(per_client.values(), default=0) + everyone, smallest)
+          lost_unknown += 1
+        for c in () if ids is None else ids.tolist():
+          lost[c] = lost.get(c, 0) + 1
+    most = max([self._most] + [self._count.get(int(c), 0) + 1 for c in pending or ()])
+    complete = all(r in self._computations for r in range(1, rounds_applied + 1))
+    return ReleaseCharge(
+        participations=most + self._unknown if complete else None,
+        beyond_ledger=max(lost.values(), default=0) + lost_unknown,
+        smallest_cohort=smallest)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseCharge:
+  """`ReleaseLog.charge`. participations: the most computations any client took part in,
+  applied and lost (None when the log lacks an applied round); beyond_ledger: the most lost
+  ones (computed and seen by the server, not applied) of any client; smallest_cohort: the
+  fewest clients of a lost computation (None without one)."""
+  participations: Optional[int]
+  beyond_ledger: int
+  smallest_cohort: Optional[int]

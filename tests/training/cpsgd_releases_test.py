@@ -80,7 +80,7 @@ def test_a_fresh_restart_after_a_crash_is_charged_client_by_client(tmp_path, mon
     assert result.stopped == "completed" and result.resumed_from == 1
     audit = privacy_audit.audit_cpsgd_run(task, run_config)
     report = audit["reported"]
-    assert report["participations"] >= audit["participations"]
+    assert report["participations"] == audit["participations"]  # Client by client.
     assert report["cohort"] <= audit["cohort"]
     assert report["epsilon"] >= audit["true_epsilon"] * (1 - 1e-12)
     charged.append(report["participations"])
@@ -103,7 +103,7 @@ def test_resuming_with_a_larger_timer_does_not_shrink_the_charge(tmp_path):
   program.run(task, bigger)
   audit = privacy_audit.audit_cpsgd_run(task, bigger)
   report = audit["reported"]
-  assert report["participations"] >= audit["participations"] >= 3
+  assert report["participations"] == audit["participations"] >= 3
   assert report["epsilon"] >= audit["true_epsilon"] * (1 - 1e-12)
 
 
@@ -124,39 +124,72 @@ def test_the_report_bounds_an_independent_audit_after_crashes(tmp_path, particip
   audit = privacy_audit.audit_cpsgd_run(task, config)
   assert audit["participations"] > 1 and audit["cohort"] == 3
   report = audit["reported"]
-  assert report["participations"] >= audit["participations"]
+  assert report["participations"] == audit["participations"]
   assert report["cohort"] <= audit["cohort"]
   assert report["epsilon"] >= audit["true_epsilon"] * (1 - 1e-12)
   assert result.epsilon == pytest.approx(report["epsilon"])
 
 
-def test_release_log_charges_each_client_its_computations_beyond_the_ledger(tmp_path):
-  def extra(rounds_applied, *events, legacy=()):
+def test_the_budget_counts_a_lost_computation_of_the_round_it_looks_ahead_at(tmp_path):
+  # 12 clients, 4 a round, min-sep 3: round 4 is round 1's cohort again. A crash while round
+  # 4 was computed (its release logged): the resume's round 4 would be those clients' third
+  # computation, above the target calibrated for two, so the run stops before it. (The
+  # look-ahead used to take the lost computation for the pending round's own: it applied
+  # round 4 and ended above its target.)
+  task = toy_task.make_task(num_clients=12)
+  config = _calibrated(task, tmp_path / "run", rounds=6, target_epsilon=8.0)
+  program.run(task, config, max_rounds_this_call=3)
+  privacy.record_release(config.root_dir, 4, list(range(12)))
+  result = program.run(task, config)
+  assert result.stopped == "target_epsilon" and result.rounds_completed == 3
+  assert "before round 4: it would raise ε" in result.message
+  assert result.epsilon <= 8.0
+  audit = privacy_audit.audit_cpsgd_run(task, config)
+  assert audit["reported"]["participations"] == audit["participations"] == 2
+  assert audit["reported"]["epsilon"] >= audit["true_epsilon"] * (1 - 1e-12)
+
+
+def test_release_log_charges_each_client_its_computations(tmp_path):
+  def charge(rounds_applied, *events, legacy=(), pending=None):
     path = tmp_path / privacy.RELEASE_LOG
     lines = [json.dumps({"round": r, "cohort": len(ids), "clients": list(ids)})
              for r, ids in events]
     lines += [json.dumps({"round": r, "cohort": n}) for r, n in legacy]
     path.write_text("".join(line + "\n" for line in lines))
-    return privacy.ReleaseLog(str(tmp_path)).beyond_ledger(rounds_applied)
+    c = privacy.ReleaseLog(str(tmp_path)).charge(rounds_applied, pending)
+    return c.participations, c.beyond_ledger, c.smallest_cohort
 
-  assert privacy.ReleaseLog(str(tmp_path / "none")).beyond_ledger(5) == (0, None)
-  assert extra(3, (1, [0, 1]), (2, [2, 3]), (3, [0, 2])) == (0, None)     # Each once, applied.
-  assert extra(3, (1, [0, 1]), (2, [2, 3]), (3, [4]), (3, [0, 2])) == (1, 1)  # Round 3 twice.
-  assert extra(2, (1, [0, 1]), (2, [2, 3]), (3, [1, 2])) == (1, 2)        # Computed, not applied.
+  # (most computations of one client, most lost ones of one client, smallest lost cohort)
+  assert privacy.ReleaseLog(str(tmp_path / "none")).charge(0) == privacy.ReleaseCharge(
+      0, 0, None)
+  assert charge(3, (1, [0, 1]), (2, [2, 3]), (3, [0, 2])) == (2, 0, None)  # Applied once each.
+  assert charge(3, (1, [0, 1]), (2, [2, 3]), (3, [4]), (3, [0, 2])) == (2, 1, 1)  # Round 3 twice.
+  assert charge(2, (1, [0, 1]), (2, [2, 3]), (3, [1, 2])) == (2, 1, 2)  # Computed, not applied.
   # A fresh restart's new cohorts: client 0 in two lost computations of different rounds.
-  assert extra(2, (1, [0, 1]), (2, [0, 3]), (1, [2, 3]), (2, [1, 2])) == (2, 2)
+  assert charge(2, (1, [0, 1]), (2, [0, 3]), (1, [2, 3]), (2, [1, 2])) == (2, 2, 2)
+  # Client by client, not the most applied plus the most lost: a crash lost rounds 3-4
+  # (clients 4-7, new ones); nobody is in more than one computation (the ledger's k plus
+  # the most lost would say 2).
+  assert charge(2, (1, [0, 1]), (2, [2, 3]), (3, [4, 5]), (4, [6, 7])) == (1, 1, 2)
+  # A look-ahead: round 3 pending, its earlier (lost) computation counted, as is the pending
+  # one; a client of neither is charged as before.
+  assert charge(2, (1, [0, 1]), (2, [2, 3]), (3, [4, 5]), pending=[4, 5]) == (2, 1, 2)
+  assert charge(2, (1, [0, 1]), (2, [2, 3]), (3, [4, 5]), pending=[6, 7]) == (1, 1, 2)
+  assert charge(2, (1, [0, 1]), (2, [2, 3]), pending=[0, 6]) == (2, 0, None)
   # Lines written before client ids were logged are charged to everyone.
-  assert extra(2, (1, [0, 1]), (1, [2, 3]), (2, [0, 3]), legacy=[(3, 5)]) == (2, 2)
+  assert charge(2, (1, [0, 1]), (1, [2, 3]), (2, [0, 3]), legacy=[(3, 5)]) == (3, 2, 2)
+  # A log lacking an applied round cannot give the total: the caller bounds it instead.
+  assert charge(3, (1, [0, 1]), (3, [0, 2]), (3, [1])) == (None, 1, 2)
   # Read incrementally: an appended line is seen; a replaced file is read again.
   log = privacy.ReleaseLog(str(tmp_path))
   (tmp_path / privacy.RELEASE_LOG).write_text("")
-  assert log.beyond_ledger(0) == (0, None)
+  assert log.charge(0) == privacy.ReleaseCharge(0, 0, None)
   privacy.record_release(str(tmp_path), 1, [7, 8, 9])
-  assert log.beyond_ledger(0) == (1, 3)
+  assert log.charge(0) == privacy.ReleaseCharge(1, 1, 3)
   privacy.record_release(str(tmp_path), 1, np.array([7], dtype=np.int64))
-  assert log.beyond_ledger(1) == (1, 3)
+  assert log.charge(1) == privacy.ReleaseCharge(2, 1, 3)
   (tmp_path / privacy.RELEASE_LOG).write_text("")
-  assert log.beyond_ledger(1) == (0, None)
+  assert log.charge(1) == privacy.ReleaseCharge(None, 0, None)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any, Optional
 import numpy as np
 import pytest
 
+from dp_fl.participation import ledger as ledger_lib
 from dp_fl.training import loop
 from dp_fl.training import policies
 
@@ -108,15 +109,17 @@ class _FakeLearner:
 
 
 class _FakeAccountant:
-  """ε = 0.5 per applied round; a report object with that ε."""
+  """ε = 0.5 per applied round plus `charged` (computations a crash lost); a report object
+  with that ε."""
   report_accountant = "pld"
   progress_accountant = "zcdp"
+  charged = 0.0
 
   def epsilon(self, realized) -> float:
-    return 0.5 * realized
+    return 0.5 * realized + self.charged
 
   def report(self, realized):
-    return None if realized is None else _Report(0.5 * realized)
+    return None if realized is None else _Report(0.5 * realized + self.charged)
 
 
 @dataclasses.dataclass
@@ -280,6 +283,20 @@ def test_the_wall_time_is_attributed_to_each_stage():
       "checkpoint": 2 * 2.0, "evaluation": 2 * 3.0}
 
 
+def test_a_run_already_over_its_target_is_told_so_not_that_the_round_would_raise_it():
+  training, parts = _loop(rounds=10, rounds_done=0, target_epsilon=1.6)
+  parts["accountant"].charged = 1.0  # e.g. rounds a crashed worker computed, charged.
+  outcome = training.run()
+  # Round 2 would give 2.0 > 1.6; without it ε is 1.5, under the target: the usual message.
+  assert outcome.rounds_done == 1 and "would raise ε to 2 > target 1.6" in outcome.message
+  training, parts2 = _loop(rounds=10, target_epsilon=1.6)
+  parts2["accountant"].charged = 3.0
+  outcome = training.run()
+  assert outcome.stopped == policies.TARGET_EPSILON and outcome.rounds_done == 0
+  assert "before round 1: ε is already 3 > target 1.6 without it" in outcome.message
+  assert parts2["learner"].calls == 0
+
+
 def test_epsilon_budget_withdraws_the_round_that_would_exceed_it():
   training, parts = _loop(rounds=10, target_epsilon=1.6)
   outcome = training.run()
@@ -424,6 +441,19 @@ def test_epsilon_budget():
   assert stop.reason == policies.TARGET_EPSILON and "round 5" in stop.message
   assert not policies.EpsilonBudget(None).active
   assert policies.EpsilonBudget(None).check(1, 1e9) is None
+  assert budget.check(5, 2.5, epsilon_now=1.9) == stop  # Under the target without it.
+  assert "ε is already 2.2 > target 2" in budget.check(5, 2.5, epsilon_now=2.2).message
+  realized = ledger_lib.RealizedParticipation(
+      num_rounds=5, min_separation=3, max_participations=2, participation_histogram=(0, 1, 1),
+      num_participants=2, total_participations=3, refused_check_ins=0)
+  assert budget.check(5, 2.5, participation=realized).message.endswith(
+      "(with it, some client would have taken part in 2 applied rounds, twice only 3 rounds "
+      "apart)")
+  assert budget.check(5, 2.5, participation=realized, computations=2) == budget.check(
+      5, 2.5, participation=realized)
+  assert budget.check(5, 2.5, participation=realized, computations=3).message.endswith(
+      "; counting the computations not applied (lost in a crash, then computed again) some "
+      "client would have been in 3)")
   with pytest.raises(ValueError, match="target_epsilon"):
     policies.EpsilonBudget(-1.0)
 
