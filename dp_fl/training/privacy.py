@@ -315,20 +315,19 @@ class _ComputedRoundsAccountant(Accountant):
   _log: "ReleaseLog"
 
   def _charge(self, realized: ledger_lib.RealizedParticipation) -> ReleaseCharge:
-    """The release log's charge for `realized` (a look-ahead's pending round included); its
-    `participations`, the most computations of any client, never below the ledger's count."""
+    """The release log's charge for `realized` (a look-ahead's pending round included),
+    completed with the ledger: `participations`, the most computations of any client, never
+    below the ledger's count; `smallest_cohort`, the fewest clients of any computation,
+    applied or lost (1 before any)."""
     pending = realized.pending_clients
     applied = realized.num_rounds - (pending is not None)
     charge = self._log.charge(applied, pending)
     bound = realized.max_participations + charge.beyond_ledger
     participations = (bound if charge.participations is None
                       else max(charge.participations, realized.max_participations))
-    return dataclasses.replace(charge, participations=participations)
-
-  def _fewest(self, realized: ledger_lib.RealizedParticipation) -> int:
-    """The fewest clients of any computation: applied rounds and lost ones."""
-    cohorts = [c for c in (realized.min_cohort, self._charge(realized).smallest_cohort) if c]
-    return min(cohorts) if cohorts else 1
+    cohorts = [c for c in (realized.min_cohort, charge.smallest_cohort) if c]
+    return dataclasses.replace(charge, participations=participations,
+                               smallest_cohort=min(cohorts) if cohorts else 1)
 
 
 class BinomialAccountant(_ComputedRoundsAccountant):
@@ -351,18 +350,20 @@ class BinomialAccountant(_ComputedRoundsAccountant):
     self._log = ReleaseLog(root_dir)
     self._scope, self._caveats = scope
 
-  def guarantee(self, realized: ledger_lib.RealizedParticipation):
+  def guarantee(self, charge: ReleaseCharge):
+    """The composed guarantee of `charge` (`_charge`: k and the smallest cohort)."""
     from dp_fl.accounting import cpsgd  # pylint: disable=g-import-not-at-top
     p = self._protocol
     return cpsgd.composed_epsilon(
         p.num_levels, p.num_trials, p.p, p.x_max, p.clip_norm, self._dimension,
-        self._fewest(realized), self._charge(realized).participations, self._delta)
+        charge.smallest_cohort, charge.participations, self._delta)
 
   def report(self, realized):
     from dp_fl.accounting import report as report_lib  # pylint: disable=g-import-not-at-top
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return None
-    g = self.guarantee(realized)
+    charge = self._charge(realized)
+    g = self.guarantee(charge)
     p = self._protocol
     notes = ()
     if not math.isfinite(g.epsilon):
@@ -373,7 +374,7 @@ class BinomialAccountant(_ComputedRoundsAccountant):
         mechanism="cpsgd", num_levels=p.num_levels, num_trials=p.num_trials, p=p.p,
         x_max=p.x_max, clip_norm=p.clip_norm, dimension=self._dimension, cohort=g.cohort,
         participations=g.participations,
-        replayed_participations=self._charge(realized).beyond_ledger,
+        replayed_participations=charge.beyond_ledger,
         rounds=realized.num_rounds, epsilon=g.epsilon, delta=self._delta,
         round_epsilon=g.round_epsilon, round_delta=self._delta, composition=g.composition,
         bits_per_coordinate=g.bits_per_coordinate, secure_sum_bits=self._bits,
@@ -383,7 +384,7 @@ class BinomialAccountant(_ComputedRoundsAccountant):
   def epsilon(self, realized):
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return 0.0
-    return self.guarantee(realized).epsilon
+    return self.guarantee(self._charge(realized)).epsilon
 
 
 class DistributedDpAccountant(_ComputedRoundsAccountant):
@@ -409,18 +410,18 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
     self._log = ReleaseLog(root_dir)
     self._scope, self._caveats = scope
 
-  def guarantee(self, realized: ledger_lib.RealizedParticipation) -> tuple[float, float, float]:
-    """(ε, order, τ) of every client's participations, re-computed ones included."""
-    releases = self._charge(realized).participations
-    return self._setting.composed_epsilon(self._fewest(realized), self._most, releases,
-                                          self._delta, adaptive_clipping.ZERO_OUT)
+  def guarantee(self, charge: ReleaseCharge) -> tuple[float, float, float]:
+    """(ε, order, τ) of `charge` (`_charge`): every client's computations, lost ones included."""
+    return self._setting.composed_epsilon(charge.smallest_cohort, self._most,
+                                          charge.participations, self._delta,
+                                          adaptive_clipping.ZERO_OUT)
 
   def report(self, realized):
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return None
-    epsilon, order, tau = self.guarantee(realized)
-    fewest = self._fewest(realized)
     charge = self._charge(realized)
+    epsilon, order, tau = self.guarantee(charge)
+    fewest = charge.smallest_cohort
     s = self._setting
     l2, l1 = s.sensitivities(adaptive_clipping.ZERO_OUT)
     return report_lib.DistributedDpPrivacyReport(
@@ -439,7 +440,7 @@ class DistributedDpAccountant(_ComputedRoundsAccountant):
   def epsilon(self, realized):
     if realized.num_rounds == 0 or realized.max_participations == 0:
       return 0.0
-    return self.guarantee(realized)[0]
+    return self.guarantee(self._charge(realized))[0]
 
 
 RELEASE_LOG = "releases.jsonl"
@@ -484,6 +485,9 @@ class ReleaseLog:
     self._count: dict[int, int] = {}  # client -> logged computations with its id
     self._most = 0  # max(self._count.values())
     self._unknown = 0  # Computations logged without client ids: charged to everyone.
+    self._repeated: set[int] = set()  # Rounds computed more than once.
+    self._contiguous = 0  # Rounds 1..this all have a logged computation.
+    self._last_round = 0
 
   def _read(self) -> None:
     if not os.path.exists(self._path):
@@ -506,11 +510,16 @@ class ReleaseLog:
         self._computations.setdefault(r, []).append(
             None if ids is None else np.asarray(ids, dtype=np.int64))
         self._cohorts.setdefault(r, []).append(int(event["cohort"]))
+        if len(self._cohorts[r]) > 1:
+          self._repeated.add(r)
+        self._last_round = max(self._last_round, r)
         if ids is None:
           self._unknown += 1
         for c in ids or ():
           self._count[c] = self._count.get(c, 0) + 1
           self._most = max(self._most, self._count[c])
+    while self._contiguous + 1 in self._computations:
+      self._contiguous += 1
     self._offset += end
 
   def charge(self, rounds_applied: int,
@@ -523,16 +532,16 @@ class ReleaseLog:
     one, `participations` is None and the caller bounds it by the ledger's count plus the most
     lost computations of any client. Lost: every computation of a round not applied, and all
     but the last of an applied round's. Its cost grows with the lost computations and the
-    pending cohort, not with the run's length (the per-client counts are kept as it is read).
+    pending cohort, not with the run's length (counts are kept as the log is read).
     """
     self._read()
     lost: dict[int, int] = {}
     lost_unknown = 0
     smallest = None
-    for r, cohorts in self._computations.items():
+    beyond = range(rounds_applied + 1, self._last_round + 1)
+    for r in sorted(self._repeated.union(r for r in beyond if r in self._computations)):
       applied = r <= rounds_applied
-      if applied and len(cohorts) == 1:
-        continue  # Only the applied computation: nothing lost.
+      cohorts = self._computations[r]
       for ids, size in list(zip(cohorts, self._cohorts[r]))[:-1 if applied else None]:
         if size > 0:
           smallest = size if smallest is None else min(smallest, size)
@@ -541,9 +550,8 @@ class ReleaseLog:
         for c in () if ids is None else ids.tolist():
           lost[c] = lost.get(c, 0) + 1
     most = max([self._most] + [self._count.get(int(c), 0) + 1 for c in pending or ()])
-    complete = all(r in self._computations for r in range(1, rounds_applied + 1))
     return ReleaseCharge(
-        participations=most + self._unknown if complete else None,
+        participations=most + self._unknown if rounds_applied <= self._contiguous else None,
         beyond_ledger=max(lost.values(), default=0) + lost_unknown,
         smallest_cohort=smallest)
 
